@@ -1,0 +1,116 @@
+//! Differential-test harness: run the same generic case on plain Flex and on
+//! `SpillBackend<Flex>` and require bit-identical results (or the same panic).
+#![allow(dead_code)]
+
+pub mod op_list;
+
+use std::collections::BTreeSet;
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::Mutex;
+
+use burn::backend::Flex;
+use burn::tensor::TensorData;
+use burn::tensor::backend::Backend;
+use burn_spill::SpillBackend;
+
+/// The oracle.
+pub type Plain = Flex;
+/// The backend under test.
+pub type Spill = SpillBackend<Flex>;
+
+/// Records which backend methods the cases called.
+#[derive(Default)]
+pub struct Coverage {
+    hit: Mutex<BTreeSet<String>>,
+}
+
+impl Coverage {
+    pub fn hit(&self, name: &str) {
+        self.hit.lock().unwrap().insert(name.to_string());
+    }
+
+    /// Panics listing every name of `expected` that no case recorded.
+    pub fn assert_covers(&self, expected: &[&str]) {
+        let hit = self.hit.lock().unwrap();
+        let missing: Vec<_> = expected.iter().filter(|n| !hit.contains(**n)).collect();
+        assert!(missing.is_empty(), "{} backend methods never called by a test: {missing:?}", missing.len());
+    }
+}
+
+/// Bit-exact comparison of two reads: dtype, shape and bytes.
+pub fn assert_same_data(plain: &TensorData, spill: &TensorData, what: &str) {
+    assert_eq!(plain.dtype, spill.dtype, "{what}: dtype differs");
+    assert_eq!(plain.shape, spill.shape, "{what}: shape differs");
+    assert_eq!(plain.as_bytes(), spill.as_bytes(), "{what}: bytes differ");
+}
+
+pub fn assert_same_all(plain: &[TensorData], spill: &[TensorData], what: &str) {
+    assert_eq!(plain.len(), spill.len(), "{what}: number of outputs differs");
+    for (i, (p, s)) in plain.iter().zip(spill).enumerate() {
+        assert_same_data(p, s, &format!("{what} (output {i})"));
+    }
+}
+
+fn panic_message(payload: Box<dyn std::any::Any + Send>) -> String {
+    if let Some(s) = payload.downcast_ref::<&str>() {
+        s.to_string()
+    } else if let Some(s) = payload.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "<non-string panic>".to_string()
+    }
+}
+
+/// Runs `plain` and `spill`; both must return identical data, or both must panic with the same
+/// message (an op `B` rejects must fail the same way through burn-spill).
+pub fn compare(what: &str, plain: impl FnOnce() -> Vec<TensorData>, spill: impl FnOnce() -> Vec<TensorData>) {
+    let p = catch_unwind(AssertUnwindSafe(plain));
+    let s = catch_unwind(AssertUnwindSafe(spill));
+    match (p, s) {
+        (Ok(p), Ok(s)) => assert_same_all(&p, &s, what),
+        (Err(p), Err(s)) => assert_eq!(panic_message(p), panic_message(s), "{what}: different panics"),
+        (Ok(_), Err(s)) => panic!("{what}: spill panicked where plain did not: {}", panic_message(s)),
+        (Err(p), Ok(_)) => panic!("{what}: plain panicked ({}) but spill did not", panic_message(p)),
+    }
+}
+
+/// Reads of each primitive kind, blocking.
+pub fn read_float<B: Backend>(t: B::FloatTensorPrimitive) -> TensorData {
+    burn::tensor::read_sync(B::float_into_data(t)).expect("float read")
+}
+pub fn read_int<B: Backend>(t: B::IntTensorPrimitive) -> TensorData {
+    burn::tensor::read_sync(B::int_into_data(t)).expect("int read")
+}
+pub fn read_bool<B: Backend>(t: B::BoolTensorPrimitive) -> TensorData {
+    burn::tensor::read_sync(B::bool_into_data(t)).expect("bool read")
+}
+pub fn read_q<B: Backend>(t: B::QuantizedTensorPrimitive) -> TensorData {
+    burn::tensor::read_sync(B::q_into_data(t)).expect("quantized read")
+}
+
+/// Defines a case generic over the backend, runs it on both and records the names it covers.
+///
+/// ```ignore
+/// diff!(cov, [float_add], |B, dev| {
+///     let a = B::float_from_data(TensorData::from([1.0f32, 2.0]), dev);
+///     let b = B::float_from_data(TensorData::from([3.0f32, 4.0]), dev);
+///     vec![read_float::<B>(B::float_add(a, b))]
+/// });
+/// ```
+#[macro_export]
+macro_rules! diff {
+    ($cov:expr, [$($name:ident),+ $(,)?], |$B:ident, $dev:ident| $body:block) => {{
+        #[allow(unused_imports, unused_variables, unused_mut, non_snake_case)]
+        fn case<$B: burn::tensor::backend::Backend>($dev: &$B::Device) -> Vec<burn::tensor::TensorData> {
+            use burn::tensor::ops::*;
+            $body
+        }
+        let what = stringify!($($name),+);
+        $crate::common::compare(
+            what,
+            || case::<$crate::common::Plain>(&Default::default()),
+            || case::<$crate::common::Spill>(&Default::default()),
+        );
+        $( $cov.hit(stringify!($name)); )+
+    }};
+}
