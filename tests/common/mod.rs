@@ -33,7 +33,11 @@ impl Coverage {
     pub fn assert_covers(&self, expected: &[&str]) {
         let hit = self.hit.lock().unwrap();
         let missing: Vec<_> = expected.iter().filter(|n| !hit.contains(**n)).collect();
-        assert!(missing.is_empty(), "{} backend methods never called by a test: {missing:?}", missing.len());
+        assert!(
+            missing.is_empty(),
+            "{} backend methods never called by a test: {missing:?}",
+            missing.len()
+        );
     }
 }
 
@@ -45,7 +49,11 @@ pub fn assert_same_data(plain: &TensorData, spill: &TensorData, what: &str) {
 }
 
 pub fn assert_same_all(plain: &[TensorData], spill: &[TensorData], what: &str) {
-    assert_eq!(plain.len(), spill.len(), "{what}: number of outputs differs");
+    assert_eq!(
+        plain.len(),
+        spill.len(),
+        "{what}: number of outputs differs"
+    );
     for (i, (p, s)) in plain.iter().zip(spill).enumerate() {
         assert_same_data(p, s, &format!("{what} (output {i})"));
     }
@@ -63,14 +71,28 @@ fn panic_message(payload: Box<dyn std::any::Any + Send>) -> String {
 
 /// Runs `plain` and `spill`; both must return identical data, or both must panic with the same
 /// message (an op `B` rejects must fail the same way through burn-spill).
-pub fn compare(what: &str, plain: impl FnOnce() -> Vec<TensorData>, spill: impl FnOnce() -> Vec<TensorData>) {
+pub fn compare(
+    what: &str,
+    plain: impl FnOnce() -> Vec<TensorData>,
+    spill: impl FnOnce() -> Vec<TensorData>,
+) {
     let p = catch_unwind(AssertUnwindSafe(plain));
     let s = catch_unwind(AssertUnwindSafe(spill));
     match (p, s) {
         (Ok(p), Ok(s)) => assert_same_all(&p, &s, what),
-        (Err(p), Err(s)) => assert_eq!(panic_message(p), panic_message(s), "{what}: different panics"),
-        (Ok(_), Err(s)) => panic!("{what}: spill panicked where plain did not: {}", panic_message(s)),
-        (Err(p), Ok(_)) => panic!("{what}: plain panicked ({}) but spill did not", panic_message(p)),
+        (Err(p), Err(s)) => assert_eq!(
+            panic_message(p),
+            panic_message(s),
+            "{what}: different panics"
+        ),
+        (Ok(_), Err(s)) => panic!(
+            "{what}: spill panicked where plain did not: {}",
+            panic_message(s)
+        ),
+        (Err(p), Ok(_)) => panic!(
+            "{what}: plain panicked ({}) but spill did not",
+            panic_message(p)
+        ),
     }
 }
 

@@ -444,9 +444,7 @@ pub const QUANTIZED_OPS: &[&str] = &[
 ];
 
 /// `TransactionOps` (1 methods).
-pub const TRANSACTION_OPS: &[&str] = &[
-    "tr_execute",
-];
+pub const TRANSACTION_OPS: &[&str] = &["tr_execute"];
 
 /// `Backend` (10 methods).
 pub const BACKEND_METHODS: &[&str] = &[

@@ -1,0 +1,160 @@
+//! Real training through `Autodiff<SpillBackend<Flex>>` against `Autodiff<Flex>`: a custom loop
+//! and burn-train's `Learner`, for a small CNN and a small Transformer, bit for bit.
+
+#[path = "../examples/common/small_models.rs"]
+mod small_models;
+
+use std::sync::Arc;
+
+use burn::backend::{Autodiff, Flex};
+use burn::data::dataloader::DataLoaderBuilder;
+use burn::data::dataloader::batcher::Batcher;
+use burn::data::dataset::InMemDataset;
+use burn::optim::AdamConfig;
+use burn::tensor::backend::{AutodiffBackend, Backend};
+use burn::tensor::{Int, Tensor, TensorData};
+use burn::train::{
+    ClassificationOutput, InferenceStep, Learner, SupervisedTraining, TrainOutput, TrainStep,
+};
+use burn_spill::SpillBackend;
+use small_models::*;
+
+type Plain = Autodiff<Flex>;
+
+/// Flex's random generator is process-global: tests that seed it and then initialise a model
+/// must not interleave, or the draws of one test land in the other.
+static RNG: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn rng_lock() -> std::sync::MutexGuard<'static, ()> {
+    RNG.lock().unwrap_or_else(|e| e.into_inner())
+}
+type Spilled = Autodiff<SpillBackend<Flex>>;
+
+fn assert_runs_identical(plain: &TrainRun, spilled: &TrainRun) {
+    let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+    assert_eq!(
+        bits(&plain.losses),
+        bits(&spilled.losses),
+        "losses differ: {:?} vs {:?}",
+        plain.losses,
+        spilled.losses
+    );
+    assert_params_identical(&plain.parameters, &spilled.parameters);
+}
+
+fn assert_params_identical(plain: &[TensorData], spilled: &[TensorData]) {
+    assert_eq!(plain.len(), spilled.len(), "number of parameters differs");
+    for (i, (p, s)) in plain.iter().zip(spilled).enumerate() {
+        assert_eq!(
+            (p.dtype, &p.shape),
+            (s.dtype, &s.shape),
+            "parameter {i}: dtype or shape differs"
+        );
+        assert!(
+            p.as_bytes() == s.as_bytes(),
+            "parameter {i} {:?}: values differ",
+            p.shape
+        );
+    }
+}
+
+#[test]
+fn cnn_custom_loop_is_bit_identical() {
+    let _rng = rng_lock();
+    let device = Default::default();
+    let plain = train_cnn::<Plain>(&device, 5, 8);
+    let spilled = train_cnn::<Spilled>(&device, 5, 8);
+    assert!(
+        plain.losses[4] < plain.losses[0],
+        "the CNN should learn: {:?}",
+        plain.losses
+    );
+    assert_runs_identical(&plain, &spilled);
+}
+
+#[test]
+fn transformer_custom_loop_is_bit_identical() {
+    let _rng = rng_lock();
+    let device = Default::default();
+    let plain = train_gpt::<Plain>(&device, 5, 4);
+    let spilled = train_gpt::<Spilled>(&device, 5, 4);
+    assert_runs_identical(&plain, &spilled);
+}
+
+// ---- burn-train's Learner ------------------------------------------------------------------
+
+#[derive(Clone, Debug)]
+struct CnnItem {
+    seed: usize,
+}
+
+#[derive(Clone, Debug)]
+pub struct CnnBatch<B: Backend> {
+    pub images: Tensor<B, 4>,
+    pub labels: Tensor<B, 1, Int>,
+}
+
+#[derive(Clone, Default)]
+struct CnnBatcher;
+
+impl<B: Backend> Batcher<B, CnnItem, CnnBatch<B>> for CnnBatcher {
+    fn batch(&self, items: Vec<CnnItem>, device: &B::Device) -> CnnBatch<B> {
+        let (images, labels) = cnn_batch::<B>(items.len(), items[0].seed, device);
+        CnnBatch { images, labels }
+    }
+}
+
+impl<B: AutodiffBackend> TrainStep for SmallCnn<B> {
+    type Input = CnnBatch<B>;
+    type Output = ClassificationOutput<B>;
+
+    fn step(&self, batch: CnnBatch<B>) -> TrainOutput<ClassificationOutput<B>> {
+        let output = self.forward(batch.images.clone());
+        let loss = self.loss(batch.images, batch.labels.clone());
+        TrainOutput::new(
+            self,
+            loss.backward(),
+            ClassificationOutput::new(loss, output, batch.labels),
+        )
+    }
+}
+
+impl<B: Backend> InferenceStep for SmallCnn<B> {
+    type Input = CnnBatch<B>;
+    type Output = ClassificationOutput<B>;
+
+    fn step(&self, batch: CnnBatch<B>) -> ClassificationOutput<B> {
+        let output = self.forward(batch.images.clone());
+        let loss = self.loss(batch.images, batch.labels.clone());
+        ClassificationOutput::new(loss, output, batch.labels)
+    }
+}
+
+/// One epoch of five batches through `SupervisedTraining::launch`; returns the final parameters.
+fn learner_run<B: AutodiffBackend>(dir: &std::path::Path) -> Vec<TensorData> {
+    let device = B::Device::default();
+    B::seed(&device, 3);
+    let items: Vec<_> = (0..20).map(|seed| CnnItem { seed }).collect();
+    let train = DataLoaderBuilder::new(CnnBatcher)
+        .batch_size(4)
+        .build(InMemDataset::new(items.clone()));
+    let valid = DataLoaderBuilder::new(CnnBatcher)
+        .batch_size(4)
+        .build(InMemDataset::new(items[..4].to_vec()));
+    let model = SmallCnn::<B>::new(&device);
+    let learner = Learner::new(model, AdamConfig::new().init(), 1e-2);
+    let result = SupervisedTraining::new(dir, Arc::clone(&train), valid)
+        .num_epochs(1)
+        .launch(learner);
+    parameter_data(&result.model)
+}
+
+#[test]
+fn learner_run_is_bit_identical() {
+    let _rng = rng_lock();
+    let dir = tempfile::tempdir().unwrap();
+    let plain = learner_run::<Plain>(&dir.path().join("plain"));
+    let spilled = learner_run::<Spilled>(&dir.path().join("spilled"));
+    assert!(!plain.is_empty());
+    assert_params_identical(&plain, &spilled);
+}
