@@ -1,0 +1,102 @@
+//! Per-op overhead of `SpillBackend<Flex>` against plain `Flex`, and one training step of the
+//! small CNN, measured in the same run. Prints a markdown table of the ratios at the end.
+//!
+//! ```text
+//! cargo bench --bench overhead
+//! ```
+
+#[path = "../examples/common/small_models.rs"]
+mod small_models;
+
+use std::hint::black_box;
+use std::time::Duration;
+
+use burn::backend::{Autodiff, Flex};
+use burn::optim::{AdamConfig, GradientsParams, Optimizer};
+use burn::tensor::TensorData;
+use burn::tensor::backend::{AutodiffBackend, Backend};
+use burn::tensor::ops::FloatTensorOps;
+use burn_spill::SpillBackend;
+use criterion::{BatchSize, Criterion};
+use small_models::{SmallCnn, cnn_batch};
+
+type Spill = SpillBackend<Flex>;
+
+fn float_input<B: Backend>(rows: usize, cols: usize) -> B::FloatTensorPrimitive {
+    let values: Vec<f32> = (0..rows * cols).map(|i| (i % 17) as f32 * 0.25).collect();
+    B::float_from_data(TensorData::new(values, [rows, cols]), &Default::default())
+}
+
+fn bench_add<B: Backend>(c: &mut Criterion, id: &str) {
+    c.benchmark_group("add_16x16").bench_function(id, |b| {
+        b.iter_batched(
+            || (float_input::<B>(16, 16), float_input::<B>(16, 16)),
+            |(x, y)| black_box(B::float_add(x, y)),
+            BatchSize::SmallInput,
+        )
+    });
+}
+
+fn bench_matmul<B: Backend>(c: &mut Criterion, id: &str) {
+    c.benchmark_group("matmul_64x64").bench_function(id, |b| {
+        b.iter_batched(
+            || (float_input::<B>(64, 64), float_input::<B>(64, 64)),
+            |(x, y)| black_box(B::float_matmul(x, y)),
+            BatchSize::SmallInput,
+        )
+    });
+}
+
+fn bench_cnn_step<B: AutodiffBackend>(c: &mut Criterion, id: &str) {
+    let device = Default::default();
+    B::seed(&device, 1);
+    let mut model = Some(SmallCnn::<B>::new(&device));
+    let mut optim = AdamConfig::new().init();
+    let (images, labels) = cnn_batch::<B>(16, 0, &device);
+    c.benchmark_group("cnn_train_step").bench_function(id, |b| {
+        b.iter(|| {
+            let m = model.take().unwrap();
+            let loss = m.loss(images.clone(), labels.clone());
+            let grads = GradientsParams::from_grads(loss.backward(), &m);
+            model = Some(optim.step(1e-3, m, grads));
+        })
+    });
+}
+
+/// Reads criterion's point estimate (mean, ns) of one benchmark from this run's output.
+fn mean_ns(id: &str) -> Option<f64> {
+    let dir = std::env::var("CARGO_TARGET_DIR").unwrap_or_else(|_| "target".into());
+    let path = format!("{dir}/criterion/{id}/new/estimates.json");
+    let json: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(path).ok()?).ok()?;
+    json["mean"]["point_estimate"].as_f64()
+}
+
+fn main() {
+    let mut c = Criterion::default()
+        .configure_from_args()
+        .warm_up_time(Duration::from_millis(500))
+        .measurement_time(Duration::from_secs(3));
+    bench_add::<Flex>(&mut c, "flex");
+    bench_add::<Spill>(&mut c, "spill");
+    bench_matmul::<Flex>(&mut c, "flex");
+    bench_matmul::<Spill>(&mut c, "spill");
+    bench_cnn_step::<Autodiff<Flex>>(&mut c, "flex");
+    bench_cnn_step::<Autodiff<Spill>>(&mut c, "spill");
+    c.final_summary();
+
+    println!("\n| benchmark | plain (ns) | spill (ns) | added (ns) | ratio |");
+    println!("|---|---:|---:|---:|---:|");
+    for name in ["add_16x16", "matmul_64x64", "cnn_train_step"] {
+        if let (Some(plain), Some(spill)) = (
+            mean_ns(&format!("{name}/flex")),
+            mean_ns(&format!("{name}/spill")),
+        ) {
+            println!(
+                "| {name} | {plain:.0} | {spill:.0} | {:.0} | {:.4} |",
+                spill - plain,
+                spill / plain
+            );
+        }
+    }
+}
