@@ -15,7 +15,6 @@ use burn::backend::{Autodiff, Flex};
 use burn::optim::{AdamConfig, GradientsParams, Optimizer};
 use burn::tensor::TensorData;
 use burn::tensor::backend::{AutodiffBackend, Backend};
-use burn::tensor::ops::FloatTensorOps;
 use burn_spill::SpillBackend;
 use criterion::{BatchSize, Criterion};
 use small_models::{SmallCnn, cnn_batch};

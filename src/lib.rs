@@ -12,7 +12,7 @@
 //! forwarded to `B`'s own kernel, so results are bit-identical to running on `B`.
 
 mod backend;
-pub mod engine;
+mod engine;
 
 pub use backend::SpillBackend;
 pub use backend::tensor::{SpillTensor, TensorId, TensorKind};

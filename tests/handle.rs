@@ -28,3 +28,18 @@ fn metadata_comes_from_the_handle() {
     assert_eq!(c.id(), t.id());
     let _ = Spill::float_device(&t);
 }
+
+#[test]
+fn the_harness_catches_a_difference() {
+    use std::panic::catch_unwind;
+    let one = || vec![TensorData::from([1.0f32])];
+    let other = || vec![TensorData::from([1.0f32 + f32::EPSILON])];
+    assert!(catch_unwind(|| common::compare("values", one, other)).is_err());
+    let f16 = || vec![TensorData::from([1.0f32]).convert::<burn::tensor::f16>()];
+    assert!(catch_unwind(|| common::compare("dtype", one, f16)).is_err());
+    let boom = || -> Vec<TensorData> { panic!("rejected") };
+    assert!(catch_unwind(|| common::compare("one side panics", one, boom)).is_err());
+    let other_boom = || -> Vec<TensorData> { panic!("rejected differently") };
+    assert!(catch_unwind(|| common::compare("different panics", boom, other_boom)).is_err());
+    common::compare("same panic", boom, boom);
+}

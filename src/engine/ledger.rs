@@ -71,20 +71,6 @@ impl Ledger {
         }
     }
 
-    /// Moves a live tensor from one role to another.
-    pub fn retag(&self, bytes: u64, from: TensorRole, to: TensorRole) {
-        if from == to {
-            return;
-        }
-        if to == TensorRole::Parameter {
-            self.parameter_tensors.fetch_add(1, Ordering::Relaxed);
-            self.parameter_bytes.fetch_add(bytes, Ordering::Relaxed);
-        } else {
-            self.parameter_tensors.fetch_sub(1, Ordering::Relaxed);
-            self.parameter_bytes.fetch_sub(bytes, Ordering::Relaxed);
-        }
-    }
-
     /// A consistent-enough snapshot (each counter is read atomically on its own).
     pub fn summary(&self) -> LiveSummary {
         LiveSummary {
@@ -118,22 +104,5 @@ mod tests {
         );
         assert_eq!(s.peak_bytes, 150);
         assert_eq!(s.created_total, 2);
-    }
-
-    #[test]
-    fn retag_moves_bytes_between_roles() {
-        let ledger = Ledger::default();
-        ledger.on_create(8, TensorRole::Other);
-        ledger.retag(8, TensorRole::Other, TensorRole::Parameter);
-        assert_eq!(ledger.summary().parameter_bytes, 8);
-        ledger.on_drop(8, TensorRole::Parameter);
-        assert_eq!(
-            ledger.summary(),
-            LiveSummary {
-                peak_bytes: 8,
-                created_total: 1,
-                ..Default::default()
-            }
-        );
     }
 }
