@@ -155,6 +155,18 @@ fn learner_run_is_bit_identical() {
     let dir = tempfile::tempdir().unwrap();
     let plain = learner_run::<Plain>(&dir.path().join("plain"));
     let spilled = learner_run::<Spilled>(&dir.path().join("spilled"));
-    assert!(!plain.is_empty());
     assert_params_identical(&plain, &spilled);
+
+    // The Learner really trained: the parameters moved away from their seeded initial values.
+    let device = Default::default();
+    <Plain as Backend>::seed(&device, 3);
+    let initial = parameter_data(&SmallCnn::<Plain>::new(&device));
+    assert_eq!(initial.len(), plain.len());
+    assert!(
+        initial
+            .iter()
+            .zip(&plain)
+            .any(|(i, p)| i.as_bytes() != p.as_bytes()),
+        "the Learner did not train"
+    );
 }
