@@ -9,12 +9,13 @@
 mod small_models;
 
 use std::hint::black_box;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use burn::backend::{Autodiff, Flex};
-use burn::optim::{AdamConfig, GradientsParams, Optimizer};
-use burn::tensor::TensorData;
+use burn::optim::adaptor::OptimizerAdaptor;
+use burn::optim::{Adam, AdamConfig, GradientsParams, Optimizer};
 use burn::tensor::backend::{AutodiffBackend, Backend};
+use burn::tensor::{Int, Tensor, TensorData};
 use burn_spill::SpillBackend;
 use criterion::{BatchSize, Criterion};
 use small_models::{SmallCnn, cnn_batch};
@@ -46,20 +47,73 @@ fn bench_matmul<B: Backend>(c: &mut Criterion, id: &str) {
     });
 }
 
+/// The small CNN with its optimizer and one fixed batch: one call of `step` is one training step.
+struct CnnTrainer<B: AutodiffBackend> {
+    model: Option<SmallCnn<B>>,
+    optim: OptimizerAdaptor<Adam, SmallCnn<B>, B>,
+    images: Tensor<B, 4>,
+    labels: Tensor<B, 1, Int>,
+}
+
+impl<B: AutodiffBackend> CnnTrainer<B> {
+    fn new() -> Self {
+        let device = Default::default();
+        B::seed(&device, 1);
+        let (images, labels) = cnn_batch::<B>(16, 0, &device);
+        Self {
+            model: Some(SmallCnn::new(&device)),
+            optim: AdamConfig::new().init(),
+            images,
+            labels,
+        }
+    }
+
+    fn step(&mut self) {
+        let model = self
+            .model
+            .take()
+            .expect("model is put back after every step");
+        let loss = model.loss(self.images.clone(), self.labels.clone());
+        let grads = GradientsParams::from_grads(loss.backward(), &model);
+        self.model = Some(self.optim.step(1e-3, model, grads));
+    }
+}
+
 fn bench_cnn_step<B: AutodiffBackend>(c: &mut Criterion, id: &str) {
-    let device = Default::default();
-    B::seed(&device, 1);
-    let mut model = Some(SmallCnn::<B>::new(&device));
-    let mut optim = AdamConfig::new().init();
-    let (images, labels) = cnn_batch::<B>(16, 0, &device);
-    c.benchmark_group("cnn_train_step").bench_function(id, |b| {
-        b.iter(|| {
-            let m = model.take().unwrap();
-            let loss = m.loss(images.clone(), labels.clone());
-            let grads = GradientsParams::from_grads(loss.backward(), &m);
-            model = Some(optim.step(1e-3, m, grads));
+    let mut trainer = CnnTrainer::<B>::new();
+    c.benchmark_group("cnn_train_step")
+        .bench_function(id, |b| b.iter(|| trainer.step()));
+}
+
+/// Step-time ratio spill / plain from alternating single steps, so that machine drift (other
+/// processes, frequency changes) hits both sides alike; returns the median over `rounds`.
+fn paired_step_ratio(rounds: usize) -> f64 {
+    let mut plain = CnnTrainer::<Autodiff<Flex>>::new();
+    let mut spill = CnnTrainer::<Autodiff<Spill>>::new();
+    for _ in 0..3 {
+        plain.step();
+        spill.step();
+    }
+    let time = |f: &mut dyn FnMut()| {
+        let start = Instant::now();
+        f();
+        start.elapsed().as_secs_f64()
+    };
+    let mut ratios: Vec<f64> = (0..rounds)
+        .map(|round| {
+            // Alternate which side goes first: a cache warmed by one must not favour the other.
+            let (p, s) = if round % 2 == 0 {
+                let p = time(&mut || plain.step());
+                (p, time(&mut || spill.step()))
+            } else {
+                let s = time(&mut || spill.step());
+                (time(&mut || plain.step()), s)
+            };
+            s / p
         })
-    });
+        .collect();
+    ratios.sort_by(f64::total_cmp);
+    ratios[rounds / 2]
 }
 
 /// Reads criterion's point estimate (mean, ns) of one benchmark from this run's output.
@@ -98,4 +152,9 @@ fn main() {
             );
         }
     }
+    let rounds = 101;
+    println!(
+        "\ncnn_train_step, paired: median spill/plain ratio over {rounds} alternating steps = {:.4}",
+        paired_step_ratio(rounds)
+    );
 }

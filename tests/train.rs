@@ -10,6 +10,7 @@ use burn::backend::{Autodiff, Flex};
 use burn::data::dataloader::DataLoaderBuilder;
 use burn::data::dataloader::batcher::Batcher;
 use burn::data::dataset::InMemDataset;
+use burn::nn::loss::CrossEntropyLossConfig;
 use burn::optim::AdamConfig;
 use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::{Int, Tensor, TensorData};
@@ -84,7 +85,8 @@ fn transformer_custom_loop_is_bit_identical() {
 // ---- burn-train's Learner ------------------------------------------------------------------
 
 #[derive(Clone, Debug)]
-struct CnnItem {
+/// One dataset item: the seed its synthetic batch is generated from.
+struct SeedItem {
     seed: usize,
 }
 
@@ -97,8 +99,8 @@ pub struct CnnBatch<B: Backend> {
 #[derive(Clone, Default)]
 struct CnnBatcher;
 
-impl<B: Backend> Batcher<B, CnnItem, CnnBatch<B>> for CnnBatcher {
-    fn batch(&self, items: Vec<CnnItem>, device: &B::Device) -> CnnBatch<B> {
+impl<B: Backend> Batcher<B, SeedItem, CnnBatch<B>> for CnnBatcher {
+    fn batch(&self, items: Vec<SeedItem>, device: &B::Device) -> CnnBatch<B> {
         let (images, labels) = cnn_batch::<B>(items.len(), items[0].seed, device);
         CnnBatch { images, labels }
     }
@@ -131,10 +133,10 @@ impl<B: Backend> InferenceStep for SmallCnn<B> {
 }
 
 /// One epoch of five batches through `SupervisedTraining::launch`; returns the final parameters.
-fn learner_run<B: AutodiffBackend>(dir: &std::path::Path) -> Vec<TensorData> {
+fn cnn_learner_run<B: AutodiffBackend>(dir: &std::path::Path) -> Vec<TensorData> {
     let device = B::Device::default();
     B::seed(&device, 3);
-    let items: Vec<_> = (0..20).map(|seed| CnnItem { seed }).collect();
+    let items: Vec<_> = (0..20).map(|seed| SeedItem { seed }).collect();
     let train = DataLoaderBuilder::new(CnnBatcher)
         .batch_size(4)
         .build(InMemDataset::new(items.clone()));
@@ -149,12 +151,82 @@ fn learner_run<B: AutodiffBackend>(dir: &std::path::Path) -> Vec<TensorData> {
     parameter_data(&result.model)
 }
 
+#[derive(Clone, Default)]
+struct GptBatcher;
+
+#[derive(Clone, Debug)]
+pub struct GptBatch<B: Backend> {
+    pub tokens: Tensor<B, 2, Int>,
+}
+
+impl<B: Backend> Batcher<B, SeedItem, GptBatch<B>> for GptBatcher {
+    fn batch(&self, items: Vec<SeedItem>, device: &B::Device) -> GptBatch<B> {
+        GptBatch {
+            tokens: gpt_batch::<B>(items.len(), items[0].seed, device),
+        }
+    }
+}
+
+fn gpt_output<B: Backend>(model: &TinyGpt<B>, batch: GptBatch<B>) -> ClassificationOutput<B> {
+    let (logits, targets) = model.next_token_logits(batch.tokens);
+    let loss = CrossEntropyLossConfig::new()
+        .init(&logits.device())
+        .forward(logits.clone(), targets.clone());
+    ClassificationOutput::new(loss, logits, targets)
+}
+
+impl<B: AutodiffBackend> TrainStep for TinyGpt<B> {
+    type Input = GptBatch<B>;
+    type Output = ClassificationOutput<B>;
+
+    fn step(&self, batch: GptBatch<B>) -> TrainOutput<ClassificationOutput<B>> {
+        let output = gpt_output(self, batch);
+        TrainOutput::new(self, output.loss.backward(), output)
+    }
+}
+
+impl<B: Backend> InferenceStep for TinyGpt<B> {
+    type Input = GptBatch<B>;
+    type Output = ClassificationOutput<B>;
+
+    fn step(&self, batch: GptBatch<B>) -> ClassificationOutput<B> {
+        gpt_output(self, batch)
+    }
+}
+
+/// The Transformer through `SupervisedTraining::launch`: one epoch of five batches.
+fn gpt_learner_run<B: AutodiffBackend>(dir: &std::path::Path) -> Vec<TensorData> {
+    let device = B::Device::default();
+    B::seed(&device, 4);
+    let items: Vec<_> = (0..20).map(|seed| SeedItem { seed }).collect();
+    let train = DataLoaderBuilder::new(GptBatcher)
+        .batch_size(4)
+        .build(InMemDataset::new(items.clone()));
+    let valid = DataLoaderBuilder::new(GptBatcher)
+        .batch_size(4)
+        .build(InMemDataset::new(items[..4].to_vec()));
+    let learner = Learner::new(TinyGpt::<B>::new(&device), AdamConfig::new().init(), 3e-3);
+    let result = SupervisedTraining::new(dir, train, valid)
+        .num_epochs(1)
+        .launch(learner);
+    parameter_data(&result.model)
+}
+
 #[test]
-fn learner_run_is_bit_identical() {
+fn transformer_learner_run_is_bit_identical() {
     let _rng = rng_lock();
     let dir = tempfile::tempdir().unwrap();
-    let plain = learner_run::<Plain>(&dir.path().join("plain"));
-    let spilled = learner_run::<Spilled>(&dir.path().join("spilled"));
+    let plain = gpt_learner_run::<Plain>(&dir.path().join("plain"));
+    let spilled = gpt_learner_run::<Spilled>(&dir.path().join("spilled"));
+    assert_params_identical(&plain, &spilled);
+}
+
+#[test]
+fn cnn_learner_run_is_bit_identical() {
+    let _rng = rng_lock();
+    let dir = tempfile::tempdir().unwrap();
+    let plain = cnn_learner_run::<Plain>(&dir.path().join("plain"));
+    let spilled = cnn_learner_run::<Spilled>(&dir.path().join("spilled"));
     assert_params_identical(&plain, &spilled);
 
     // The Learner really trained: the parameters moved away from their seeded initial values.

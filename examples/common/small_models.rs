@@ -145,14 +145,24 @@ impl<B: Backend> TinyGpt<B> {
         self.head.forward(x)
     }
 
-    /// Mean cross-entropy of predicting token t+1 from tokens up to t.
-    pub fn loss(&self, tokens: Tensor<B, 2, Int>) -> Tensor<B, 1> {
+    /// Logits `[batch * (seq - 1), VOCAB]` for predicting token t+1 from tokens up to t, and
+    /// the matching targets.
+    pub fn next_token_logits(
+        &self,
+        tokens: Tensor<B, 2, Int>,
+    ) -> (Tensor<B, 2>, Tensor<B, 1, Int>) {
         let [batch, seq] = tokens.dims();
         let inputs = tokens.clone().slice([0..batch, 0..seq - 1]);
         let targets = tokens
             .slice([0..batch, 1..seq])
             .reshape([batch * (seq - 1)]);
         let logits = self.forward(inputs).reshape([batch * (seq - 1), VOCAB]);
+        (logits, targets)
+    }
+
+    /// Mean cross-entropy of the next-token predictions.
+    pub fn loss(&self, tokens: Tensor<B, 2, Int>) -> Tensor<B, 1> {
+        let (logits, targets) = self.next_token_logits(tokens);
         CrossEntropyLossConfig::new()
             .init(&logits.device())
             .forward(logits, targets)
