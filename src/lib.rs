@@ -2,18 +2,32 @@
 //!
 //! A [Burn](https://burn.dev) backend decorator that lets a model train in less device memory
 //! than it needs. `SpillBackend<B>` wraps any Burn 0.21 backend `B`; swap it in under `Autodiff`
-//! and nothing else changes:
+//! and give the device a budget:
 //!
 //! ```ignore
 //! type B = Autodiff<SpillBackend<Cuda>>; // was Autodiff<Cuda>
+//! SpillBackend::<Cuda>::configure(&device, SpillConfig::transformer().device_budget_bytes(20 << 30))?;
 //! ```
 //!
 //! Every tensor gets its own [`SpillTensor`] handle whose metadata is cached, and every op is
-//! forwarded to `B`'s own kernel, so results are bit-identical to running on `B`.
+//! forwarded to `B`'s own kernel, so results are bit-identical to running on `B`. Before each op
+//! the op's inputs are brought back to the device and the coldest other tensors are moved to
+//! host memory (and from there, past the host limit, to a spill file) until the op fits the
+//! budget. [`SpillBackend::stats`] tells what moved.
 
 mod backend;
+mod config;
 mod engine;
+mod error;
+mod policy;
+mod stats;
 
 pub use backend::SpillBackend;
-pub use backend::tensor::{SpillTensor, TensorId, TensorKind};
-pub use engine::{LiveSummary, TensorRole};
+pub use backend::tensor::{SpillTensor, TensorKind};
+pub use config::{
+    DeviceBudget, ENV_BUDGET, ENV_DIR, ENV_HOST_LIMIT, ENV_POLICY, ENV_PRESET, Preset, SpillConfig,
+};
+pub use engine::{LiveSummary, TensorId, TensorRole, Tier};
+pub use error::SpillError;
+pub use policy::PolicyKind;
+pub use stats::{MoveStats, SpillStats, TierBytes};

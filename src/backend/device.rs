@@ -17,6 +17,20 @@ pub(crate) fn device_key<B: Backend>(device: &B::Device) -> DeviceKey {
     }
 }
 
+/// The device's memory size, where it can be known without naming the backend: the CPU
+/// backends' device is the machine's RAM. Burn 0.21 has no backend method that reports memory.
+pub(crate) fn device_memory_bytes<B: Backend>(device: &B::Device) -> Option<u64> {
+    let name = B::name(device).to_ascii_lowercase();
+    let cpu = ["flex", "ndarray", "cpu"].iter().any(|n| name.contains(n));
+    if !cpu {
+        return None;
+    }
+    let meminfo = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let line = meminfo.lines().find(|l| l.starts_with("MemTotal:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib * 1024)
+}
+
 thread_local! {
     /// Depth of nested `Backend::memory_persistent_allocations` calls on this thread. Burn runs
     /// the closure inline on the caller's thread (CubeCL included), so a thread-local is exact.

@@ -8,9 +8,10 @@
 //! fn float_cross(lhs: Float, rhs: Float, dim: {usize}) -> Float;
 //! ```
 //!
-//! into a method that unwraps the `SpillTensor` arguments (moving the inner primitive when the
-//! handle is unique, cloning it when shared), calls `B`'s own method of the same name, and wraps
-//! the results in new handles. Kinds: `Float`, `Int`, `Bool`, `Quant`, `OptFloat`, `OptBool`,
+//! into a method that notes the `SpillTensor` arguments in an [`OpScope`](super::op_scope::OpScope)
+//! (which makes room under the device budget), unwraps them (restoring spilled bytes, moving the
+//! inner primitive when the handle is unique, cloning it when shared), calls `B`'s own method of
+//! the same name, and wraps the results in new handles that the scope hands to the engine. Kinds: `Float`, `Int`, `Bool`, `Quant`, `OptFloat`, `OptBool`,
 //! `VecFloat`, `VecInt`, `VecBool`, `VecQuant`, `Prim` (`TensorPrimitive`), `QParams`, tuples of
 //! kinds, the module output structs, and `{type}` for anything passed through untouched.
 //! Rows are written against the generic parameter `B` of the surrounding impl.
@@ -40,110 +41,142 @@ macro_rules! spill_ty {
     ({$($ty:tt)*}) => { $($ty)* };
 }
 
-/// Turns an argument of a kind into what `B`'s method takes.
-macro_rules! spill_unwrap {
-    (Float, $x:expr) => {
-        $x.into_float()
-    };
-    (Int, $x:expr) => {
-        $x.into_int()
-    };
-    (Bool, $x:expr) => {
-        $x.into_bool()
-    };
-    (Quant, $x:expr) => {
-        $x.into_quantized()
-    };
-    (OptFloat, $x:expr) => {
-        $x.map(|t| t.into_float())
-    };
-    (OptBool, $x:expr) => {
-        $x.map(|t| t.into_bool())
-    };
-    (VecFloat, $x:expr) => {
-        $x.into_iter().map(|t| t.into_float()).collect()
-    };
-    (VecInt, $x:expr) => {
-        $x.into_iter().map(|t| t.into_int()).collect()
-    };
-    (VecBool, $x:expr) => {
-        $x.into_iter().map(|t| t.into_bool()).collect()
-    };
-    (VecQuant, $x:expr) => {
-        $x.into_iter().map(|t| t.into_quantized()).collect()
-    };
-    (Prim, $x:expr) => {
-        $crate::SpillTensor::<B>::into_tensor_primitive($x)
-    };
-    (QParams, $x:expr) => {
-        ::burn_backend::tensor::quantization::QuantizationParametersPrimitive::<B> {
-            scales: $x.scales.into_float(),
+/// Tells the op scope about the tensors an argument of a kind holds.
+macro_rules! spill_note {
+    (Float, $x:expr, $op:ident) => { $op.input(&$x) };
+    (Int, $x:expr, $op:ident) => { $op.input(&$x) };
+    (Bool, $x:expr, $op:ident) => { $op.input(&$x) };
+    (Quant, $x:expr, $op:ident) => { $op.input(&$x) };
+    (OptFloat, $x:expr, $op:ident) => { if let Some(t) = &$x { $op.input(t) } };
+    (OptBool, $x:expr, $op:ident) => { if let Some(t) = &$x { $op.input(t) } };
+    (VecFloat, $x:expr, $op:ident) => { for t in &$x { $op.input(t) } };
+    (VecInt, $x:expr, $op:ident) => { for t in &$x { $op.input(t) } };
+    (VecBool, $x:expr, $op:ident) => { for t in &$x { $op.input(t) } };
+    (VecQuant, $x:expr, $op:ident) => { for t in &$x { $op.input(t) } };
+    (Prim, $x:expr, $op:ident) => {
+        match &$x {
+            ::burn_backend::TensorPrimitive::Float(t) => $op.input(t),
+            ::burn_backend::TensorPrimitive::QFloat(t) => $op.input(t),
         }
     };
-    ({$($ty:tt)*}, $x:expr) => {
+    (QParams, $x:expr, $op:ident) => { $op.input(&$x.scales) };
+    ({$($ty:tt)*}, $x:expr, $op:ident) => { () };
+}
+
+/// Turns an argument of a kind into what `B`'s method takes.
+macro_rules! spill_unwrap {
+    (Float, $x:expr, $op:ident) => {
+        $op.take_float($x)
+    };
+    (Int, $x:expr, $op:ident) => {
+        $op.take_int($x)
+    };
+    (Bool, $x:expr, $op:ident) => {
+        $op.take_bool($x)
+    };
+    (Quant, $x:expr, $op:ident) => {
+        $op.take_quantized($x)
+    };
+    (OptFloat, $x:expr, $op:ident) => {
+        $x.map(|t| $op.take_float(t))
+    };
+    (OptBool, $x:expr, $op:ident) => {
+        $x.map(|t| $op.take_bool(t))
+    };
+    (VecFloat, $x:expr, $op:ident) => {
+        $x.into_iter().map(|t| $op.take_float(t)).collect()
+    };
+    (VecInt, $x:expr, $op:ident) => {
+        $x.into_iter().map(|t| $op.take_int(t)).collect()
+    };
+    (VecBool, $x:expr, $op:ident) => {
+        $x.into_iter().map(|t| $op.take_bool(t)).collect()
+    };
+    (VecQuant, $x:expr, $op:ident) => {
+        $x.into_iter().map(|t| $op.take_quantized(t)).collect()
+    };
+    (Prim, $x:expr, $op:ident) => {
+        match $x {
+            ::burn_backend::TensorPrimitive::Float(t) => ::burn_backend::TensorPrimitive::Float($op.take_float(t)),
+            ::burn_backend::TensorPrimitive::QFloat(t) => ::burn_backend::TensorPrimitive::QFloat($op.take_quantized(t)),
+        }
+    };
+    (QParams, $x:expr, $op:ident) => {
+        ::burn_backend::tensor::quantization::QuantizationParametersPrimitive::<B> {
+            scales: $op.take_float($x.scales),
+        }
+    };
+    ({$($ty:tt)*}, $x:expr, $op:ident) => {
         $x
     };
 }
 
 /// Wraps what `B`'s method returned into `SpillBackend<B>`'s result of a kind.
 macro_rules! spill_wrap {
-    (Float, $x:expr) => {
-        $crate::SpillTensor::<B>::from_float($x)
+    (Float, $x:expr, $op:ident) => {
+        $op.output($crate::SpillTensor::<B>::from_float($x))
     };
-    (Int, $x:expr) => {
-        $crate::SpillTensor::<B>::from_int($x)
+    (Int, $x:expr, $op:ident) => {
+        $op.output($crate::SpillTensor::<B>::from_int($x))
     };
-    (Bool, $x:expr) => {
-        $crate::SpillTensor::<B>::from_bool($x)
+    (Bool, $x:expr, $op:ident) => {
+        $op.output($crate::SpillTensor::<B>::from_bool($x))
     };
-    (Quant, $x:expr) => {
-        $crate::SpillTensor::<B>::from_quantized($x)
+    (Quant, $x:expr, $op:ident) => {
+        $op.output($crate::SpillTensor::<B>::from_quantized($x))
     };
-    (Prim, $x:expr) => {
-        $crate::SpillTensor::<B>::from_tensor_primitive($x)
+    (Prim, $x:expr, $op:ident) => {
+        match $x {
+            ::burn_backend::TensorPrimitive::Float(f) => ::burn_backend::TensorPrimitive::Float(
+                $op.output($crate::SpillTensor::<B>::from_float(f)),
+            ),
+            ::burn_backend::TensorPrimitive::QFloat(q) => ::burn_backend::TensorPrimitive::QFloat(
+                $op.output($crate::SpillTensor::<B>::from_quantized(q)),
+            ),
+        }
     };
-    (($k0:tt, $k1:tt), $x:expr) => {{
+    (($k0:tt, $k1:tt), $x:expr, $op:ident) => {{
         let (a, b) = $x;
         (
-            $crate::backend::forward::spill_wrap!($k0, a),
-            $crate::backend::forward::spill_wrap!($k1, b),
+            $crate::backend::forward::spill_wrap!($k0, a, $op),
+            $crate::backend::forward::spill_wrap!($k1, b, $op),
         )
     }};
-    (MaxPool1dWithIndices, $x:expr) => {{
+    (MaxPool1dWithIndices, $x:expr, $op:ident) => {{
         let out = $x;
         ::burn_backend::ops::MaxPool1dWithIndices::<$crate::SpillBackend<B>> {
-            output: $crate::SpillTensor::<B>::from_float(out.output),
-            indices: $crate::SpillTensor::<B>::from_int(out.indices),
+            output: $op.output($crate::SpillTensor::<B>::from_float(out.output)),
+            indices: $op.output($crate::SpillTensor::<B>::from_int(out.indices)),
         }
     }};
-    (MaxPool2dWithIndices, $x:expr) => {{
+    (MaxPool2dWithIndices, $x:expr, $op:ident) => {{
         let out = $x;
         ::burn_backend::ops::MaxPool2dWithIndices::<$crate::SpillBackend<B>> {
-            output: $crate::SpillTensor::<B>::from_float(out.output),
-            indices: $crate::SpillTensor::<B>::from_int(out.indices),
+            output: $op.output($crate::SpillTensor::<B>::from_float(out.output)),
+            indices: $op.output($crate::SpillTensor::<B>::from_int(out.indices)),
         }
     }};
-    (MaxPool1dBackward, $x:expr) => {
+    (MaxPool1dBackward, $x:expr, $op:ident) => {
         ::burn_backend::ops::MaxPool1dBackward::<$crate::SpillBackend<B>> {
-            x_grad: $crate::SpillTensor::<B>::from_float($x.x_grad),
+            x_grad: $op.output($crate::SpillTensor::<B>::from_float($x.x_grad)),
         }
     };
-    (MaxPool2dBackward, $x:expr) => {
+    (MaxPool2dBackward, $x:expr, $op:ident) => {
         ::burn_backend::ops::MaxPool2dBackward::<$crate::SpillBackend<B>> {
-            x_grad: $crate::SpillTensor::<B>::from_float($x.x_grad),
+            x_grad: $op.output($crate::SpillTensor::<B>::from_float($x.x_grad)),
         }
     };
-    (DeformConv2dBackward, $x:expr) => {{
+    (DeformConv2dBackward, $x:expr, $op:ident) => {{
         let out = $x;
         ::burn_backend::ops::DeformConv2dBackward::<$crate::SpillBackend<B>> {
-            x_grad: $crate::SpillTensor::<B>::from_float(out.x_grad),
-            offset_grad: $crate::SpillTensor::<B>::from_float(out.offset_grad),
-            weight_grad: $crate::SpillTensor::<B>::from_float(out.weight_grad),
-            mask_grad: out.mask_grad.map($crate::SpillTensor::<B>::from_float),
-            bias_grad: out.bias_grad.map($crate::SpillTensor::<B>::from_float),
+            x_grad: $op.output($crate::SpillTensor::<B>::from_float(out.x_grad)),
+            offset_grad: $op.output($crate::SpillTensor::<B>::from_float(out.offset_grad)),
+            weight_grad: $op.output($crate::SpillTensor::<B>::from_float(out.weight_grad)),
+            mask_grad: out.mask_grad.map(|t| $op.output($crate::SpillTensor::<B>::from_float(t))),
+            bias_grad: out.bias_grad.map(|t| $op.output($crate::SpillTensor::<B>::from_float(t))),
         }
     }};
-    ({$($ty:tt)*}, $x:expr) => {
+    ({$($ty:tt)*}, $x:expr, $op:ident) => {
         $x
     };
 }
@@ -155,13 +188,18 @@ macro_rules! forward_ops {
             fn $name( $( $arg : $crate::backend::forward::spill_ty!($kind) ),* )
                 -> $crate::backend::forward::spill_ty!($out)
             {
+                let mut op = $crate::backend::op_scope::OpScope::<B>::new(stringify!($name));
+                $( $crate::backend::forward::spill_note!($kind, $arg, op); )*
+                op.begin();
                 let result = <B as $ops<B>>::$name(
-                    $( $crate::backend::forward::spill_unwrap!($kind, $arg) ),*
+                    $( $crate::backend::forward::spill_unwrap!($kind, $arg, op) ),*
                 );
-                $crate::backend::forward::spill_wrap!($out, result)
+                let out = $crate::backend::forward::spill_wrap!($out, result, op);
+                drop(op);
+                out
             }
         )*
     };
 }
 
-pub(crate) use {forward_ops, spill_ty, spill_unwrap, spill_wrap};
+pub(crate) use {forward_ops, spill_note, spill_ty, spill_unwrap, spill_wrap};

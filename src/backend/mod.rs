@@ -2,16 +2,22 @@
 
 pub(crate) mod device;
 pub(crate) mod forward;
+mod host;
+pub(crate) mod op_scope;
 mod ops;
 pub(crate) mod tensor;
 
 use std::fmt;
 use std::marker::PhantomData;
+use std::path::PathBuf;
 
 use burn_backend::{Backend, BackendTypes, DType, DTypeUsageSet, ExecutionError, TensorData};
 
-use crate::engine::{LiveSummary, ledger_for};
-use device::{PersistentScope, device_key};
+use crate::config::{DeviceBudget, SpillConfig};
+use crate::engine::{DeviceEngine, Limits, LiveSummary, engine_for};
+use crate::{SpillError, SpillStats};
+use device::{PersistentScope, device_key, device_memory_bytes};
+use std::sync::Arc;
 use tensor::SpillTensor;
 
 /// A Burn backend that wraps backend `B` and gives every tensor a [`SpillTensor`] handle.
@@ -37,9 +43,80 @@ pub struct SpillBackend<B: Backend> {
 }
 
 impl<B: Backend> SpillBackend<B> {
-    /// What is alive on `device` right now: distinct tensors, their bytes and the peak.
+    fn engine(device: &B::Device) -> Arc<DeviceEngine> {
+        engine_for(device_key::<B>(device))
+    }
+
+    /// Sets the budget and tiers of `device`, after applying the `BURN_SPILL_*` environment
+    /// variables on top of `config` and validating it.
+    ///
+    /// Configure before creating the model: tensors created earlier join the budget the first
+    /// time an op reads them. Reconfiguring is allowed at any time (the spill directory only
+    /// while nothing is on disk).
+    ///
+    /// ```
+    /// use burn::backend::Flex;
+    /// use burn_spill::{SpillBackend, SpillConfig};
+    /// let device = Default::default();
+    /// SpillBackend::<Flex>::configure(&device, SpillConfig::cnn().device_budget_bytes(64 << 20))?;
+    /// assert_eq!(SpillBackend::<Flex>::stats(&device).device_budget_bytes, Some(64 << 20));
+    /// SpillBackend::<Flex>::configure(&device, SpillConfig::default())?; // back to unlimited
+    /// # Ok::<(), burn_spill::SpillError>(())
+    /// ```
+    pub fn configure(device: &B::Device, config: SpillConfig) -> Result<(), SpillError> {
+        let config = config.with_env_overrides()?;
+        config.validate()?;
+        let budget = match config.get_device_budget() {
+            DeviceBudget::Unlimited => None,
+            DeviceBudget::Bytes(bytes) => Some(bytes),
+            DeviceBudget::Fraction(fraction) => {
+                let memory = config
+                    .get_device_memory_bytes()
+                    .or_else(|| device_memory_bytes::<B>(device))
+                    .ok_or_else(|| SpillError::DeviceMemoryUnknown {
+                        fraction,
+                        backend: B::name(device),
+                    })?;
+                Some((memory as f64 * fraction) as u64)
+            }
+        };
+        let watermark = |ratio: f64| budget.map_or(u64::MAX, |b| (b as f64 * ratio) as u64);
+        let limits = Limits {
+            budget,
+            host_limit: config.get_host_limit_bytes(),
+            high_water: watermark(config.get_spill_threshold()),
+            low_water: watermark(config.get_cache_ratio()),
+            strict: config.is_strict(),
+        };
+        Self::engine(device).apply(limits, config.get_spill_dir().map(PathBuf::as_path))
+    }
+
+    /// Resident bytes per tier now and at peak, traffic per direction, over-budget ops.
+    pub fn stats(device: &B::Device) -> SpillStats {
+        Self::engine(device).stats()
+    }
+
+    /// Lowers the peaks reported by [`stats`](Self::stats) to the current resident bytes, to
+    /// measure one phase (say, the steps after a warm-up step).
+    pub fn reset_peaks(device: &B::Device) {
+        Self::engine(device).ledger().reset_peaks()
+    }
+
+    /// The spill file of `device`, once the disk tier exists.
+    pub fn spill_file(device: &B::Device) -> Option<PathBuf> {
+        Self::engine(device).spill_file()
+    }
+
+    /// What is alive on `device` right now, wherever its bytes are: distinct tensors, their
+    /// bytes and the peak.
     pub fn live(device: &B::Device) -> LiveSummary {
-        ledger_for(device_key::<B>(device)).summary()
+        Self::engine(device).ledger().summary()
+    }
+
+    /// Test hook: the next `n` spill-file writes on `device` fail as a full disk would.
+    #[doc(hidden)]
+    pub fn fail_next_disk_writes(device: &B::Device, n: u32) {
+        Self::engine(device).fail_next_disk_writes(n)
     }
 }
 

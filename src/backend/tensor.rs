@@ -5,18 +5,21 @@
 //! tensor. When the last clone drops, the device's ledger learns it.
 
 use std::fmt;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, TryLockError, Weak};
 
 use burn_backend::quantization::QuantScheme;
-use burn_backend::{Backend, DType, QTensorPrimitive, Shape, TensorMetadata, TensorPrimitive};
+use burn_backend::{
+    Backend, DType, QTensorPrimitive, Shape, TensorData, TensorMetadata,
+};
 use burn_std::quantization::{QuantAcc, QuantPropagation};
 
 use super::device::{device_key, persistent_allocation_active};
-use crate::engine::{Ledger, TensorRole, ledger_for};
-
-/// A process-wide unique tensor id. Clones of a handle share it.
-pub type TensorId = u64;
+use super::host::{HostTensor, read_to_host};
+use super::op_scope::OpScope;
+use crate::engine::{
+    DeviceEngine, Residency, SlotInfo, Spillable, TensorId, TensorRole, Tier, engine_for,
+};
 
 static NEXT_ID: AtomicU64 = AtomicU64::new(1);
 
@@ -98,22 +101,95 @@ pub(crate) struct Handle<B: Backend> {
     bytes: u64,
     role: TensorRole,
     quant: Option<QuantFacts>,
-    /// `None` only transiently, after an op took the primitive out of a unique handle.
-    primitive: Mutex<Option<Primitive<B>>>,
-    ledger: Arc<Ledger>,
+    /// Which tier holds the bytes; `Taken` only after an op took the primitive out of a unique
+    /// handle that is about to drop.
+    state: Mutex<Residency<Primitive<B>, HostTensor>>,
+    engine: Arc<DeviceEngine>,
+    /// Whether the engine's index knows this tensor (so the drop must tell it).
+    indexed: AtomicBool,
 }
 
+type State<B> = Residency<Primitive<B>, HostTensor>;
+
 impl<B: Backend> Handle<B> {
-    fn lock(&self) -> MutexGuard<'_, Option<Primitive<B>>> {
-        // A panic inside an inner op never happens while this lock is held (ops run on moved or
-        // cloned primitives), so poisoning can only come from a panic in a metadata call of `B`;
-        // the primitive itself is still intact.
-        self.primitive.lock().unwrap_or_else(|e| e.into_inner())
+    fn lock(&self) -> MutexGuard<'_, State<B>> {
+        // Inner ops run on moved or cloned primitives, never under this lock, so poisoning can
+        // only come from a panic in a read or upload of `B` (reported by that panic); the state
+        // is still one of the tiers.
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The busy-aware lock victims are taken with: a tensor in use is not a good victim.
+    fn try_lock(&self) -> Option<MutexGuard<'_, State<B>>> {
+        match self.state.try_lock() {
+            Ok(guard) => Some(guard),
+            Err(TryLockError::Poisoned(e)) => Some(e.into_inner()),
+            Err(TryLockError::WouldBlock) => None,
+        }
+    }
+
+    /// Dtype and shape as written into spill records and checked when read back.
+    fn meta(&self) -> String {
+        format!("{:?} {:?} {:?}", self.kind, self.dtype, self.shape)
+    }
+
+    fn info<'a>(&self, meta: &'a str) -> SlotInfo<'a> {
+        SlotInfo {
+            id: self.id,
+            bytes: self.bytes,
+            role: self.role,
+            meta: meta.as_bytes(),
+        }
+    }
+
+    /// Brings the bytes back to the device if they are on the host or on disk. Returns whether
+    /// they moved (the caller then tells the index, after releasing the lock).
+    fn restore_locked(&self, state: &mut State<B>) -> bool {
+        if matches!(state, Residency::Device(_)) {
+            return false;
+        }
+        let meta = self.meta();
+        self.engine.restore_slot(
+            state,
+            self.info(&meta),
+            |host| self.upload(host),
+            |bytes| HostTensor::from_disk(bytes, self.shape.clone(), self.dtype),
+        )
+    }
+
+    fn upload(&self, host: HostTensor) -> Primitive<B> {
+        let data: TensorData = host.into_data();
+        let primitive = match self.kind {
+            TensorKind::Float => Primitive::Float(B::float_from_data(data, &self.device)),
+            TensorKind::Int => Primitive::Int(B::int_from_data(data, &self.device)),
+            TensorKind::Bool => Primitive::Bool(B::bool_from_data(data, &self.device)),
+            TensorKind::Quantized => Primitive::Quantized(B::q_from_data(data, &self.device)),
+        };
+        let (shape, dtype) = primitive.shape_dtype();
+        if dtype != self.dtype || shape != self.shape {
+            panic!(
+                "burn-spill: restoring tensor {} gave {dtype:?} {:?}, not its own {:?} {:?}; \
+                 the inner backend changed the bytes' type on upload",
+                self.id, shape, self.dtype, self.shape
+            );
+        }
+        primitive
+    }
+
+    fn after_restore(&self, moved: bool) {
+        if moved && self.indexed.load(Ordering::Relaxed) {
+            self.engine.restored(self.id);
+        }
+    }
+
+    /// The tier holding the bytes now.
+    fn tier(&self) -> Tier {
+        self.lock().tier().unwrap_or(Tier::Device)
     }
 
     fn missing(&self) -> ! {
         panic!(
-            "burn-spill: tensor {} ({:?}, {:?}, {:?}) has no primitive; this is a bug in burn-spill",
+            "burn-spill: tensor {} ({:?}, {:?}, {:?}) is not on the device after a restore; this is a bug in burn-spill",
             self.id, self.kind, self.dtype, self.shape
         )
     }
@@ -121,7 +197,29 @@ impl<B: Backend> Handle<B> {
 
 impl<B: Backend> Drop for Handle<B> {
     fn drop(&mut self) {
-        self.ledger.on_drop(self.bytes, self.role);
+        let state = std::mem::replace(
+            self.state.get_mut().unwrap_or_else(|e| e.into_inner()),
+            Residency::Taken,
+        );
+        self.engine.drop_slot(state, self.bytes, self.role);
+        if *self.indexed.get_mut() {
+            self.engine.unregister(self.id);
+        }
+    }
+}
+
+impl<B: Backend> Spillable for Handle<B> {
+    fn evict_to_host(&self, engine: &DeviceEngine) -> bool {
+        let Some(mut state) = self.try_lock() else { return false };
+        engine.evict_slot(&mut state, self.info(""), |primitive| {
+            read_to_host::<B>(primitive.clone(), self.dtype, &self.shape)
+        })
+    }
+
+    fn demote_to_disk(&self, engine: &DeviceEngine) -> bool {
+        let Some(mut state) = self.try_lock() else { return false };
+        let meta = self.meta();
+        engine.demote_slot(&mut state, self.info(&meta))
     }
 }
 
@@ -212,8 +310,8 @@ impl<B: Backend> SpillTensor<B> {
         } else {
             TensorRole::Other
         };
-        let ledger = ledger_for(device_key::<B>(&device));
-        ledger.on_create(bytes, role);
+        let engine = engine_for(device_key::<B>(&device));
+        engine.ledger().on_create(bytes, role);
         Self {
             handle: Arc::new(Handle {
                 id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
@@ -224,8 +322,9 @@ impl<B: Backend> SpillTensor<B> {
                 bytes,
                 role,
                 quant,
-                primitive: Mutex::new(Some(primitive)),
-                ledger,
+                state: Mutex::new(Residency::Device(primitive)),
+                engine,
+                indexed: AtomicBool::new(false),
             }),
         }
     }
@@ -246,34 +345,77 @@ impl<B: Backend> SpillTensor<B> {
         Self::wrap(Primitive::Quantized(p))
     }
 
-    pub(crate) fn from_tensor_primitive(
-        p: TensorPrimitive<B>,
-    ) -> TensorPrimitive<crate::SpillBackend<B>> {
-        match p {
-            TensorPrimitive::Float(f) => TensorPrimitive::Float(Self::from_float(f)),
-            TensorPrimitive::QFloat(q) => TensorPrimitive::QFloat(Self::from_quantized(q)),
-        }
-    }
-
-    /// The inner primitive for an op that consumes this handle: moved out when this is the last
-    /// clone (so `B` can work in place), cloned otherwise.
-    pub(crate) fn into_primitive(self) -> Primitive<B> {
+    /// The inner primitive for an op that consumes this handle, restored to the device first if
+    /// it was spilled: moved out when this is the last clone (so `B` can work in place), cloned
+    /// otherwise. A consumed handle is returned too, emptied, so that an op scope can keep its
+    /// bytes counted until the op's outputs exist.
+    pub(crate) fn take_primitive(self) -> (Primitive<B>, Option<RetiredHandle<B>>) {
         match Arc::try_unwrap(self.handle) {
             Ok(handle) => {
-                let taken = handle.lock().take();
-                taken.unwrap_or_else(|| handle.missing())
+                let mut state = handle.lock();
+                let moved = handle.restore_locked(&mut state);
+                let taken = match std::mem::replace(&mut *state, Residency::Taken) {
+                    Residency::Device(p) => p,
+                    _ => handle.missing(),
+                };
+                drop(state);
+                handle.after_restore(moved);
+                (taken, Some(RetiredHandle(handle)))
             }
             Err(shared) => {
-                let guard = shared.lock();
-                guard.as_ref().cloned().unwrap_or_else(|| shared.missing())
+                let mut state = shared.lock();
+                let moved = shared.restore_locked(&mut state);
+                let cloned = match &*state {
+                    Residency::Device(p) => p.clone(),
+                    _ => shared.missing(),
+                };
+                drop(state);
+                shared.after_restore(moved);
+                (cloned, None)
             }
         }
     }
 
-    /// Runs `f` on a borrowed inner primitive (for `B` methods that take `&tensor`).
+    /// Runs `f` on a borrowed inner primitive (for `B` methods that take `&tensor`), restoring it
+    /// first if it was spilled.
     pub(crate) fn with_primitive<R>(&self, f: impl FnOnce(&Primitive<B>) -> R) -> R {
-        let guard = self.handle.lock();
-        f(guard.as_ref().unwrap_or_else(|| self.handle.missing()))
+        let mut state = self.handle.lock();
+        let moved = self.handle.restore_locked(&mut state);
+        let result = match &*state {
+            Residency::Device(p) => f(p),
+            _ => self.handle.missing(),
+        };
+        drop(state);
+        self.handle.after_restore(moved);
+        result
+    }
+
+    /// The device engine of this tensor.
+    pub(crate) fn engine(&self) -> &Arc<DeviceEngine> {
+        &self.handle.engine
+    }
+
+    /// The tier holding the bytes now.
+    pub(crate) fn tier(&self) -> Tier {
+        self.handle.tier()
+    }
+
+    /// A weak reference for the engine's index, which must never keep a tensor alive.
+    pub(crate) fn victim(&self) -> Weak<dyn Spillable> {
+        let weak: Weak<Handle<B>> = Arc::downgrade(&self.handle);
+        weak
+    }
+
+    /// Records that the engine's index now knows this tensor.
+    pub(crate) fn mark_indexed(&self) {
+        self.handle.indexed.store(true, Ordering::Relaxed);
+    }
+
+    /// Panics unless this handle holds a `wanted` primitive (a bug in burn-spill's tables).
+    pub(crate) fn expect_kind(&self, wanted: TensorKind) {
+        if self.handle.kind != wanted {
+            self.kind_mismatch(wanted)
+        }
     }
 
     fn kind_mismatch(&self, wanted: TensorKind) -> ! {
@@ -283,53 +425,29 @@ impl<B: Backend> SpillTensor<B> {
         )
     }
 
+    /// The primitive of a tensor read outside the forwarding tables (reads, transactions): the
+    /// read runs in its own op scope, so a restore stays within the budget.
+    fn read_in_scope<T>(self, name: &'static str, take: impl FnOnce(&mut OpScope<B>, Self) -> T) -> T {
+        let mut op = OpScope::new(name);
+        op.input(&self);
+        op.begin();
+        take(&mut op, self)
+    }
+
     pub(crate) fn into_float(self) -> B::FloatTensorPrimitive {
-        if self.handle.kind != TensorKind::Float {
-            self.kind_mismatch(TensorKind::Float)
-        }
-        match self.into_primitive() {
-            Primitive::Float(p) => p,
-            _ => unreachable!("kind checked above"),
-        }
+        self.read_in_scope("float_read", OpScope::take_float)
     }
 
     pub(crate) fn into_int(self) -> B::IntTensorPrimitive {
-        if self.handle.kind != TensorKind::Int {
-            self.kind_mismatch(TensorKind::Int)
-        }
-        match self.into_primitive() {
-            Primitive::Int(p) => p,
-            _ => unreachable!("kind checked above"),
-        }
+        self.read_in_scope("int_read", OpScope::take_int)
     }
 
     pub(crate) fn into_bool(self) -> B::BoolTensorPrimitive {
-        if self.handle.kind != TensorKind::Bool {
-            self.kind_mismatch(TensorKind::Bool)
-        }
-        match self.into_primitive() {
-            Primitive::Bool(p) => p,
-            _ => unreachable!("kind checked above"),
-        }
+        self.read_in_scope("bool_read", OpScope::take_bool)
     }
 
     pub(crate) fn into_quantized(self) -> B::QuantizedTensorPrimitive {
-        if self.handle.kind != TensorKind::Quantized {
-            self.kind_mismatch(TensorKind::Quantized)
-        }
-        match self.into_primitive() {
-            Primitive::Quantized(p) => p,
-            _ => unreachable!("kind checked above"),
-        }
-    }
-
-    pub(crate) fn into_tensor_primitive(
-        p: TensorPrimitive<crate::SpillBackend<B>>,
-    ) -> TensorPrimitive<B> {
-        match p {
-            TensorPrimitive::Float(f) => TensorPrimitive::Float(f.into_float()),
-            TensorPrimitive::QFloat(q) => TensorPrimitive::QFloat(q.into_quantized()),
-        }
+        self.read_in_scope("q_read", OpScope::take_quantized)
     }
 
     /// The process-wide id of this tensor (shared by its clones).
@@ -356,4 +474,14 @@ impl<B: Backend> SpillTensor<B> {
     pub fn role(&self) -> TensorRole {
         self.handle.role
     }
+
+    /// Which tier holds the tensor's bytes right now.
+    pub fn residency(&self) -> Tier {
+        self.handle.tier()
+    }
 }
+
+/// An emptied handle whose bytes an op consumed. Keeping it alive keeps those bytes counted on
+/// the device until the op's outputs are counted too, which is what the device really holds
+/// while the op runs.
+pub(crate) struct RetiredHandle<B: Backend>(#[allow(dead_code)] Handle<B>);

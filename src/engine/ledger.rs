@@ -1,11 +1,14 @@
-//! Per-device accounting of live tensor handles and their bytes.
+//! Per-device accounting: live tensors, bytes per tier, peaks and the traffic between tiers.
 //!
-//! Every `SpillTensor` reports its creation and its last drop here, so the ledger always knows
-//! how many distinct tensors are alive on a device and how many bytes they describe
-//! (elements x dtype size). It returns to zero when every handle is gone, which the tests use
-//! to prove that nothing leaks.
+//! Every `SpillTensor` reports its creation, each move between tiers and its last drop here, so
+//! the ledger always knows what is alive and where. It returns to zero when every handle is
+//! gone, which the tests use to prove that nothing leaks.
 
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use super::slot::Tier;
+use crate::stats::{MoveStats, SpillStats, TierBytes};
 
 /// What a tensor is for, as far as burn-spill can tell.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -16,7 +19,7 @@ pub enum TensorRole {
     Other,
 }
 
-/// A snapshot of what is alive on one device.
+/// A snapshot of what is alive on one device, wherever its bytes are.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct LiveSummary {
     /// Distinct live tensors (clones of a handle count once).
@@ -33,6 +36,48 @@ pub struct LiveSummary {
     pub created_total: u64,
 }
 
+/// The four directions bytes move in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Direction {
+    /// Eviction.
+    DeviceToHost = 0,
+    /// Restore from host.
+    HostToDevice = 1,
+    /// Host tier overflow.
+    HostToDisk = 2,
+    /// Restore from disk.
+    DiskToDevice = 3,
+}
+
+impl Direction {
+    /// The tiers it moves between.
+    pub fn tiers(self) -> (Tier, Tier) {
+        match self {
+            Direction::DeviceToHost => (Tier::Device, Tier::Host),
+            Direction::HostToDevice => (Tier::Host, Tier::Device),
+            Direction::HostToDisk => (Tier::Host, Tier::Disk),
+            Direction::DiskToDevice => (Tier::Disk, Tier::Device),
+        }
+    }
+}
+
+#[derive(Debug, Default)]
+struct MoveCounter {
+    count: AtomicU64,
+    bytes: AtomicU64,
+    nanos: AtomicU64,
+}
+
+impl MoveCounter {
+    fn snapshot(&self) -> MoveStats {
+        MoveStats {
+            count: self.count.load(Ordering::Relaxed),
+            bytes: self.bytes.load(Ordering::Relaxed),
+            time: Duration::from_nanos(self.nanos.load(Ordering::Relaxed)),
+        }
+    }
+}
+
 /// Lock-free counters for one device.
 ///
 /// Atomics rather than a mutex: handles are created on every op and dropped on any thread
@@ -46,10 +91,17 @@ pub struct Ledger {
     parameter_bytes: AtomicU64,
     peak_bytes: AtomicU64,
     created_total: AtomicU64,
+    tier: [AtomicU64; 3],
+    tier_peak: [AtomicU64; 3],
+    parameter_tier: [AtomicU64; 3],
+    moves: [MoveCounter; 4],
+    over_budget_ops: AtomicU64,
+    estimate_misses: AtomicU64,
+    disk_write_errors: AtomicU64,
 }
 
 impl Ledger {
-    /// Records a new live tensor of `bytes` bytes.
+    /// Records a new live tensor of `bytes` bytes on the device.
     pub fn on_create(&self, bytes: u64, role: TensorRole) {
         self.tensors.fetch_add(1, Ordering::Relaxed);
         self.created_total.fetch_add(1, Ordering::Relaxed);
@@ -59,15 +111,78 @@ impl Ledger {
             self.parameter_tensors.fetch_add(1, Ordering::Relaxed);
             self.parameter_bytes.fetch_add(bytes, Ordering::Relaxed);
         }
+        self.add_to_tier(Tier::Device, bytes, role);
     }
 
-    /// Records that the last handle of a tensor of `bytes` bytes is gone.
-    pub fn on_drop(&self, bytes: u64, role: TensorRole) {
+    /// Records that the last handle of a tensor is gone; `tier` is where its bytes were
+    /// (`None` when an op had already taken them).
+    pub fn on_drop(&self, bytes: u64, role: TensorRole, tier: Option<Tier>) {
         self.tensors.fetch_sub(1, Ordering::Relaxed);
         self.bytes.fetch_sub(bytes, Ordering::Relaxed);
         if role == TensorRole::Parameter {
             self.parameter_tensors.fetch_sub(1, Ordering::Relaxed);
             self.parameter_bytes.fetch_sub(bytes, Ordering::Relaxed);
+        }
+        if let Some(tier) = tier {
+            self.remove_from_tier(tier, bytes, role);
+        }
+    }
+
+    /// Records a move between tiers.
+    pub fn on_move(&self, direction: Direction, bytes: u64, role: TensorRole, took: Duration) {
+        let (from, to) = direction.tiers();
+        self.add_to_tier(to, bytes, role);
+        self.remove_from_tier(from, bytes, role);
+        let counter = &self.moves[direction as usize];
+        counter.count.fetch_add(1, Ordering::Relaxed);
+        counter.bytes.fetch_add(bytes, Ordering::Relaxed);
+        counter
+            .nanos
+            .fetch_add(took.as_nanos().min(u64::MAX as u128) as u64, Ordering::Relaxed);
+    }
+
+    /// Bytes resident in `tier` now.
+    pub fn resident(&self, tier: Tier) -> u64 {
+        self.tier[tier.index()].load(Ordering::Relaxed)
+    }
+
+    /// Counts an op that ran over the budget.
+    pub fn on_over_budget(&self) {
+        self.over_budget_ops.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Counts an op whose outputs were larger than estimated.
+    pub fn on_estimate_miss(&self) {
+        self.estimate_misses.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Counts a failed spill-file write.
+    pub fn on_disk_write_error(&self) {
+        self.disk_write_errors.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Lowers each tier's peak to what it holds now.
+    pub fn reset_peaks(&self) {
+        for tier in Tier::ALL {
+            let now = self.resident(tier);
+            self.tier_peak[tier.index()].store(now, Ordering::Relaxed);
+        }
+    }
+
+    fn add_to_tier(&self, tier: Tier, bytes: u64, role: TensorRole) {
+        let i = tier.index();
+        let now = self.tier[i].fetch_add(bytes, Ordering::Relaxed) + bytes;
+        self.tier_peak[i].fetch_max(now, Ordering::Relaxed);
+        if role == TensorRole::Parameter {
+            self.parameter_tier[i].fetch_add(bytes, Ordering::Relaxed);
+        }
+    }
+
+    fn remove_from_tier(&self, tier: Tier, bytes: u64, role: TensorRole) {
+        let i = tier.index();
+        self.tier[i].fetch_sub(bytes, Ordering::Relaxed);
+        if role == TensorRole::Parameter {
+            self.parameter_tier[i].fetch_sub(bytes, Ordering::Relaxed);
         }
     }
 
@@ -80,6 +195,39 @@ impl Ledger {
             parameter_bytes: self.parameter_bytes.load(Ordering::Relaxed),
             peak_bytes: self.peak_bytes.load(Ordering::Relaxed),
             created_total: self.created_total.load(Ordering::Relaxed),
+        }
+    }
+
+    /// The counters as [`SpillStats`] (limits left for the caller to fill in).
+    pub fn stats(&self) -> SpillStats {
+        let tiers = |a: &[AtomicU64; 3]| TierBytes {
+            device: a[0].load(Ordering::Relaxed),
+            host: a[1].load(Ordering::Relaxed),
+            disk: a[2].load(Ordering::Relaxed),
+        };
+        let resident = tiers(&self.tier);
+        let parameter_resident = tiers(&self.parameter_tier);
+        let moves: Vec<MoveStats> = self.moves.iter().map(MoveCounter::snapshot).collect();
+        let spilled_parameter_bytes = parameter_resident.host + parameter_resident.disk;
+        SpillStats {
+            device_budget_bytes: None,
+            host_limit_bytes: None,
+            resident,
+            peak: tiers(&self.tier_peak),
+            parameter_resident,
+            live_tensors: self.tensors.load(Ordering::Relaxed),
+            parameter_tensors: self.parameter_tensors.load(Ordering::Relaxed),
+            spilled_other_bytes: (resident.host + resident.disk)
+                .saturating_sub(spilled_parameter_bytes),
+            spilled_parameter_bytes,
+            device_to_host: moves[0],
+            host_to_device: moves[1],
+            host_to_disk: moves[2],
+            disk_to_device: moves[3],
+            over_budget_ops: self.over_budget_ops.load(Ordering::Relaxed),
+            estimate_misses: self.estimate_misses.load(Ordering::Relaxed),
+            disk_write_errors: self.disk_write_errors.load(Ordering::Relaxed),
+            time_moving: moves.iter().map(|m| m.time).sum(),
         }
     }
 }
@@ -95,8 +243,8 @@ mod tests {
         ledger.on_create(50, TensorRole::Parameter);
         assert_eq!(ledger.summary().bytes, 150);
         assert_eq!(ledger.summary().parameter_bytes, 50);
-        ledger.on_drop(100, TensorRole::Other);
-        ledger.on_drop(50, TensorRole::Parameter);
+        ledger.on_drop(100, TensorRole::Other, Some(Tier::Device));
+        ledger.on_drop(50, TensorRole::Parameter, Some(Tier::Device));
         let s = ledger.summary();
         assert_eq!(
             (s.tensors, s.bytes, s.parameter_tensors, s.parameter_bytes),
@@ -104,5 +252,28 @@ mod tests {
         );
         assert_eq!(s.peak_bytes, 150);
         assert_eq!(s.created_total, 2);
+    }
+
+    #[test]
+    fn moves_shift_bytes_between_tiers_and_split_parameters() {
+        let ledger = Ledger::default();
+        ledger.on_create(100, TensorRole::Other);
+        ledger.on_create(40, TensorRole::Parameter);
+        ledger.on_move(Direction::DeviceToHost, 100, TensorRole::Other, Duration::from_micros(3));
+        ledger.on_move(Direction::DeviceToHost, 40, TensorRole::Parameter, Duration::ZERO);
+        ledger.on_move(Direction::HostToDisk, 40, TensorRole::Parameter, Duration::ZERO);
+        let s = ledger.stats();
+        assert_eq!((s.resident.device, s.resident.host, s.resident.disk), (0, 100, 40));
+        assert_eq!((s.spilled_other_bytes, s.spilled_parameter_bytes), (100, 40));
+        assert_eq!(s.device_to_host.count, 2);
+        assert_eq!(s.peak.device, 140);
+        ledger.on_move(Direction::DiskToDevice, 40, TensorRole::Parameter, Duration::ZERO);
+        ledger.reset_peaks();
+        assert_eq!(ledger.stats().peak.device, 40);
+        ledger.on_drop(100, TensorRole::Other, Some(Tier::Host));
+        ledger.on_drop(40, TensorRole::Parameter, Some(Tier::Device));
+        let s = ledger.stats();
+        assert_eq!((s.resident.device, s.resident.host, s.resident.disk, s.live_tensors), (0, 0, 0, 0));
+        assert!(s.time_moving >= Duration::from_micros(3));
     }
 }

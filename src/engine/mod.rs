@@ -1,10 +1,18 @@
-//! The Burn-free part of burn-spill: bookkeeping that works on any payload.
+//! The Burn-free part of burn-spill: tiers, budget and bookkeeping that work on any payload.
 //!
 //! Nothing here names a Burn type. The adapter in [`crate::backend`] identifies devices with a
-//! [`DeviceKey`] and reports handle creations and drops to the device's [`Ledger`].
+//! [`DeviceKey`], keeps each tensor's [`Residency`] in its handle, implements [`Spillable`] for
+//! the handle, and asks the device's [`DeviceEngine`] to make room before ops and to move bytes.
 
+pub mod device;
+pub mod disk;
+pub mod index;
 pub mod ledger;
 pub mod registry;
+pub mod slot;
 
-pub use ledger::{Ledger, LiveSummary, TensorRole};
-pub use registry::{DeviceKey, ledger_for};
+pub use device::{DeviceEngine, Limits, OpInput, OpOutput, OpTicket};
+pub use index::Spillable;
+pub use ledger::{LiveSummary, TensorRole};
+pub use registry::{DeviceKey, engine_for};
+pub use slot::{Residency, SlotInfo, TensorId, Tier};

@@ -1,4 +1,4 @@
-//! The process-wide map from device to its [`Ledger`].
+//! The process-wide map from device to its [`DeviceEngine`].
 //!
 //! Lookups happen for every tensor created by an op, so a thread-local one-entry cache sits in
 //! front of the shared map: training loops touch one device per thread almost always.
@@ -8,7 +8,7 @@ use std::cell::RefCell;
 use std::collections::HashMap;
 use std::sync::{Arc, LazyLock, RwLock};
 
-use super::ledger::Ledger;
+use super::device::DeviceEngine;
 
 /// Identifies one device of one inner backend, without naming Burn types.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -21,34 +21,34 @@ pub struct DeviceKey {
     pub index: u16,
 }
 
-static LEDGERS: LazyLock<RwLock<HashMap<DeviceKey, Arc<Ledger>>>> =
+static ENGINES: LazyLock<RwLock<HashMap<DeviceKey, Arc<DeviceEngine>>>> =
     LazyLock::new(|| RwLock::new(HashMap::new()));
 
 thread_local! {
-    static LAST: RefCell<Option<(DeviceKey, Arc<Ledger>)>> = const { RefCell::new(None) };
+    static LAST: RefCell<Option<(DeviceKey, Arc<DeviceEngine>)>> = const { RefCell::new(None) };
 }
 
-/// The ledger of `key`, created on first use. Ledgers live for the whole process.
-pub fn ledger_for(key: DeviceKey) -> Arc<Ledger> {
+/// The engine of `key`, created on first use. Engines live for the whole process.
+pub fn engine_for(key: DeviceKey) -> Arc<DeviceEngine> {
     LAST.with(|last| {
         let mut last = last.borrow_mut();
-        if let Some((cached_key, ledger)) = last.as_ref()
+        if let Some((cached_key, engine)) = last.as_ref()
             && *cached_key == key
         {
-            return ledger.clone();
+            return engine.clone();
         }
-        let ledger = lookup_or_insert(key);
-        *last = Some((key, ledger.clone()));
-        ledger
+        let engine = lookup_or_insert(key);
+        *last = Some((key, engine.clone()));
+        engine
     })
 }
 
-fn lookup_or_insert(key: DeviceKey) -> Arc<Ledger> {
+fn lookup_or_insert(key: DeviceKey) -> Arc<DeviceEngine> {
     // A poisoned lock only means another thread panicked while inserting; the map is still valid.
-    if let Some(ledger) = LEDGERS.read().unwrap_or_else(|e| e.into_inner()).get(&key) {
-        return ledger.clone();
+    if let Some(engine) = ENGINES.read().unwrap_or_else(|e| e.into_inner()).get(&key) {
+        return engine.clone();
     }
-    LEDGERS
+    ENGINES
         .write()
         .unwrap_or_else(|e| e.into_inner())
         .entry(key)
@@ -69,10 +69,10 @@ mod tests {
             index: 0,
         };
         let other = DeviceKey { index: 1, ..key };
-        assert!(Arc::ptr_eq(&ledger_for(key), &ledger_for(key)));
-        assert!(!Arc::ptr_eq(&ledger_for(key), &ledger_for(other)));
+        assert!(Arc::ptr_eq(&engine_for(key), &engine_for(key)));
+        assert!(!Arc::ptr_eq(&engine_for(key), &engine_for(other)));
         // From another thread the cache is cold but the ledger is the same.
-        let from_thread = std::thread::spawn(move || ledger_for(key)).join().unwrap();
-        assert!(Arc::ptr_eq(&ledger_for(key), &from_thread));
+        let from_thread = std::thread::spawn(move || engine_for(key)).join().unwrap();
+        assert!(Arc::ptr_eq(&engine_for(key), &from_thread));
     }
 }

@@ -1,0 +1,560 @@
+//! `SpillConfig`: the device budget, the tier limits, the presets and the environment overrides.
+
+use std::fmt;
+use std::path::PathBuf;
+use std::str::FromStr;
+
+use serde::{Deserialize, Serialize};
+
+use crate::SpillError;
+use crate::policy::PolicyKind;
+
+/// How much device memory tensors may occupy.
+#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DeviceBudget {
+    /// No limit: nothing is ever moved off the device (the default).
+    #[default]
+    Unlimited,
+    /// At most this many bytes of tensors stay on the device. Zero is valid: every tensor not in
+    /// use by the running op is spilled after each op.
+    Bytes(u64),
+    /// A fraction in (0, 1] of the device's memory. Needs a backend that can report its memory
+    /// (the CPU backends report the machine's RAM) or [`SpillConfig::device_memory_bytes`].
+    Fraction(f64),
+}
+
+/// A starting point for one kind of model: the watermarks below the budget and the prefetch
+/// window. The tape corrects them once it has seen a step.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Preset {
+    /// Convolutional nets: big activations, used once in backward, in reverse order.
+    Cnn,
+    /// Recurrent nets: many small, long-lived activations.
+    Rnn,
+    /// Transformers: large attention activations, medium reuse.
+    Transformer,
+    /// GANs: two models alternate, so half of the memory belongs to the idle one.
+    Gan,
+}
+
+impl Preset {
+    /// The names `FromStr` accepts.
+    pub const ACCEPTED: &'static str = "cnn, rnn, transformer, gan";
+
+    /// (cache ratio, spill threshold, prefetch window), from the design table.
+    fn numbers(self) -> (f64, f64, usize) {
+        match self {
+            Preset::Cnn => (0.70, 0.85, 3),
+            Preset::Rnn => (0.60, 0.75, 5),
+            Preset::Transformer => (0.65, 0.80, 4),
+            Preset::Gan => (0.50, 0.70, 2),
+        }
+    }
+}
+
+impl fmt::Display for Preset {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Preset::Cnn => "cnn",
+            Preset::Rnn => "rnn",
+            Preset::Transformer => "transformer",
+            Preset::Gan => "gan",
+        })
+    }
+}
+
+impl FromStr for Preset {
+    type Err = SpillError;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "cnn" => Ok(Preset::Cnn),
+            "rnn" => Ok(Preset::Rnn),
+            "transformer" => Ok(Preset::Transformer),
+            "gan" => Ok(Preset::Gan),
+            _ => Err(SpillError::InvalidValue {
+                field: "preset",
+                value: s.to_string(),
+                accepted: Self::ACCEPTED,
+            }),
+        }
+    }
+}
+
+/// What burn-spill may do with one device's tensors.
+///
+/// `Default` is an unlimited budget: nothing moves. Build one with the setters, start from a
+/// preset, or deserialize it; [`SpillBackend::configure`](crate::SpillBackend::configure)
+/// validates it and applies the `BURN_SPILL_*` environment variables on top.
+///
+/// ```
+/// use burn_spill::SpillConfig;
+/// let config = SpillConfig::cnn().device_budget_bytes(256 << 20).host_limit_bytes(1 << 30);
+/// assert!(config.validate().is_ok());
+/// ```
+///
+/// The two watermarks work below the budget: after an op, when resident bytes exceed
+/// `spill_threshold` x budget, the coldest tensors are spilled until at most `cache_ratio` x
+/// budget remain, leaving room so that the next ops rarely wait on an eviction. Before each op
+/// the hard limit is the budget itself.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct SpillConfig {
+    device_budget: DeviceBudget,
+    device_memory_bytes: Option<u64>,
+    host_limit_bytes: Option<u64>,
+    spill_dir: Option<PathBuf>,
+    policy: PolicyKind,
+    strict: bool,
+    preset: Option<Preset>,
+    cache_ratio: f64,
+    spill_threshold: f64,
+    prefetch_window: usize,
+}
+
+impl Default for SpillConfig {
+    fn default() -> Self {
+        Self {
+            device_budget: DeviceBudget::Unlimited,
+            device_memory_bytes: None,
+            host_limit_bytes: None,
+            spill_dir: None,
+            policy: PolicyKind::Lru,
+            strict: false,
+            preset: None,
+            cache_ratio: 1.0,
+            spill_threshold: 1.0,
+            prefetch_window: 0,
+        }
+    }
+}
+
+/// The environment variables read by [`SpillConfig::with_env_overrides`].
+pub const ENV_BUDGET: &str = "BURN_SPILL_BUDGET";
+/// Host-tier limit override.
+pub const ENV_HOST_LIMIT: &str = "BURN_SPILL_HOST_LIMIT";
+/// Spill directory override.
+pub const ENV_DIR: &str = "BURN_SPILL_DIR";
+/// Victim policy override.
+pub const ENV_POLICY: &str = "BURN_SPILL_POLICY";
+/// Preset override (applied first, so the other variables win over it).
+pub const ENV_PRESET: &str = "BURN_SPILL_PRESET";
+
+impl SpillConfig {
+    /// A config starting from `preset`'s numbers, with an unlimited budget.
+    pub fn preset(preset: Preset) -> Self {
+        Self::default().with_preset(preset)
+    }
+
+    /// Convolutional nets: cache ratio 70%, spill threshold 85%, prefetch window 3 ops.
+    pub fn cnn() -> Self {
+        Self::preset(Preset::Cnn)
+    }
+
+    /// Recurrent nets: cache ratio 60%, spill threshold 75%, prefetch window 5 ops.
+    pub fn rnn() -> Self {
+        Self::preset(Preset::Rnn)
+    }
+
+    /// Transformers: cache ratio 65%, spill threshold 80%, prefetch window 4 ops.
+    pub fn transformer() -> Self {
+        Self::preset(Preset::Transformer)
+    }
+
+    /// GANs: cache ratio 50%, spill threshold 70%, prefetch window 2 ops.
+    pub fn gan() -> Self {
+        Self::preset(Preset::Gan)
+    }
+
+    /// Replaces the watermarks and prefetch window with `preset`'s; the rest stays.
+    pub fn with_preset(mut self, preset: Preset) -> Self {
+        let (cache_ratio, spill_threshold, prefetch_window) = preset.numbers();
+        self.preset = Some(preset);
+        self.cache_ratio = cache_ratio;
+        self.spill_threshold = spill_threshold;
+        self.prefetch_window = prefetch_window;
+        self
+    }
+
+    /// Sets the device budget.
+    pub fn device_budget(mut self, budget: DeviceBudget) -> Self {
+        self.device_budget = budget;
+        self
+    }
+
+    /// Sets the device budget in bytes (zero is valid).
+    pub fn device_budget_bytes(self, bytes: u64) -> Self {
+        self.device_budget(DeviceBudget::Bytes(bytes))
+    }
+
+    /// Sets the device budget as a fraction in (0, 1] of the device's memory.
+    pub fn device_budget_fraction(self, fraction: f64) -> Self {
+        self.device_budget(DeviceBudget::Fraction(fraction))
+    }
+
+    /// Tells burn-spill how much memory the device has, for fractional budgets on backends that
+    /// cannot report it.
+    pub fn device_memory_bytes(mut self, bytes: u64) -> Self {
+        self.device_memory_bytes = Some(bytes);
+        self
+    }
+
+    /// Caps the host tier; beyond it the coldest host tensors go to disk. Zero sends every spilled
+    /// tensor to disk.
+    pub fn host_limit_bytes(mut self, bytes: u64) -> Self {
+        self.host_limit_bytes = Some(bytes);
+        self
+    }
+
+    /// Removes the host-tier cap (the default).
+    pub fn unlimited_host(mut self) -> Self {
+        self.host_limit_bytes = None;
+        self
+    }
+
+    /// The directory in which a fresh private spill directory is created (default: the system
+    /// temp dir).
+    pub fn spill_dir(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.spill_dir = Some(dir.into());
+        self
+    }
+
+    /// Sets the victim policy.
+    pub fn policy(mut self, policy: PolicyKind) -> Self {
+        self.policy = policy;
+        self
+    }
+
+    /// In strict mode an op that alone needs more than the budget panics instead of running.
+    pub fn strict(mut self, strict: bool) -> Self {
+        self.strict = strict;
+        self
+    }
+
+    /// After an op, spill down to this fraction of the budget (0, 1].
+    pub fn cache_ratio(mut self, ratio: f64) -> Self {
+        self.cache_ratio = ratio;
+        self
+    }
+
+    /// After an op, start spilling when resident bytes exceed this fraction of the budget (0, 1].
+    pub fn spill_threshold(mut self, ratio: f64) -> Self {
+        self.spill_threshold = ratio;
+        self
+    }
+
+    /// How many ops ahead prefetching looks (used once prefetch exists; kept for the presets).
+    pub fn prefetch_window(mut self, ops: usize) -> Self {
+        self.prefetch_window = ops;
+        self
+    }
+
+    /// The device budget.
+    pub fn get_device_budget(&self) -> DeviceBudget {
+        self.device_budget
+    }
+
+    /// The declared device memory size, if any.
+    pub fn get_device_memory_bytes(&self) -> Option<u64> {
+        self.device_memory_bytes
+    }
+
+    /// The host-tier cap (`None` = unlimited).
+    pub fn get_host_limit_bytes(&self) -> Option<u64> {
+        self.host_limit_bytes
+    }
+
+    /// The base spill directory (`None` = system temp dir).
+    pub fn get_spill_dir(&self) -> Option<&PathBuf> {
+        self.spill_dir.as_ref()
+    }
+
+    /// The victim policy.
+    pub fn get_policy(&self) -> PolicyKind {
+        self.policy
+    }
+
+    /// Whether strict mode is on.
+    pub fn is_strict(&self) -> bool {
+        self.strict
+    }
+
+    /// The preset this config started from, if any.
+    pub fn get_preset(&self) -> Option<Preset> {
+        self.preset
+    }
+
+    /// The low watermark as a fraction of the budget.
+    pub fn get_cache_ratio(&self) -> f64 {
+        self.cache_ratio
+    }
+
+    /// The high watermark as a fraction of the budget.
+    pub fn get_spill_threshold(&self) -> f64 {
+        self.spill_threshold
+    }
+
+    /// The prefetch window in ops.
+    pub fn get_prefetch_window(&self) -> usize {
+        self.prefetch_window
+    }
+
+    /// Checks every field; the error names the field, the value and what is accepted.
+    pub fn validate(&self) -> Result<(), SpillError> {
+        if let DeviceBudget::Fraction(f) = self.device_budget
+            && !(f > 0.0 && f <= 1.0)
+        {
+            return Err(SpillError::InvalidValue {
+                field: "device_budget",
+                value: format!("fraction {f}"),
+                accepted: "a fraction in (0, 1], a byte count, or unlimited",
+            });
+        }
+        for (field, value) in [
+            ("cache_ratio", self.cache_ratio),
+            ("spill_threshold", self.spill_threshold),
+        ] {
+            if !(value > 0.0 && value <= 1.0) {
+                return Err(SpillError::InvalidValue {
+                    field,
+                    value: value.to_string(),
+                    accepted: "a fraction of the budget in (0, 1]",
+                });
+            }
+        }
+        if self.cache_ratio > self.spill_threshold {
+            return Err(SpillError::InvalidValue {
+                field: "cache_ratio",
+                value: format!("{} (above spill_threshold {})", self.cache_ratio, self.spill_threshold),
+                accepted: "a fraction no larger than spill_threshold",
+            });
+        }
+        if self.device_memory_bytes == Some(0) {
+            return Err(SpillError::InvalidValue {
+                field: "device_memory_bytes",
+                value: "0".into(),
+                accepted: "a positive byte count",
+            });
+        }
+        Ok(())
+    }
+
+    /// Applies the `BURN_SPILL_*` environment variables on top of this config.
+    pub fn with_env_overrides(self) -> Result<Self, SpillError> {
+        self.with_overrides_from(|name| std::env::var(name).ok())
+    }
+
+    /// Applies overrides looked up by variable name (the environment, in
+    /// [`with_env_overrides`](Self::with_env_overrides)). The preset goes first so that explicit
+    /// variables win over it.
+    pub fn with_overrides_from(
+        mut self,
+        lookup: impl Fn(&str) -> Option<String>,
+    ) -> Result<Self, SpillError> {
+        let get = |name: &str| lookup(name).filter(|v| !v.trim().is_empty());
+        if let Some(v) = get(ENV_PRESET) {
+            self = self.with_preset(v.parse().map_err(|e| rename(e, ENV_PRESET))?);
+        }
+        if let Some(v) = get(ENV_BUDGET) {
+            self.device_budget = parse_budget(&v)?;
+        }
+        if let Some(v) = get(ENV_HOST_LIMIT) {
+            self.host_limit_bytes = parse_limit(ENV_HOST_LIMIT, &v)?;
+        }
+        if let Some(v) = get(ENV_DIR) {
+            self.spill_dir = Some(PathBuf::from(v));
+        }
+        if let Some(v) = get(ENV_POLICY) {
+            self.policy = v.parse().map_err(|e| rename(e, ENV_POLICY))?;
+        }
+        Ok(self)
+    }
+}
+
+/// Reports a parse error under the environment variable's name.
+fn rename(error: SpillError, field: &'static str) -> SpillError {
+    match error {
+        SpillError::InvalidValue {
+            value, accepted, ..
+        } => SpillError::InvalidValue {
+            field,
+            value,
+            accepted,
+        },
+        other => other,
+    }
+}
+
+const BUDGET_ACCEPTED: &str =
+    "`unlimited`, a byte count such as 1073741824, 512MiB, 2GiB, 1.5GB, or a fraction such as 0.5 or 50%";
+
+fn parse_budget(value: &str) -> Result<DeviceBudget, SpillError> {
+    let v = value.trim();
+    let invalid = || SpillError::InvalidValue {
+        field: ENV_BUDGET,
+        value: value.to_string(),
+        accepted: BUDGET_ACCEPTED,
+    };
+    if v.eq_ignore_ascii_case("unlimited") {
+        return Ok(DeviceBudget::Unlimited);
+    }
+    if let Some(percent) = v.strip_suffix('%') {
+        let p: f64 = percent.trim().parse().map_err(|_| invalid())?;
+        let budget = DeviceBudget::Fraction(p / 100.0);
+        return check_fraction(budget).ok_or_else(invalid);
+    }
+    if v.contains('.') && v.chars().all(|c| c.is_ascii_digit() || c == '.') {
+        let f: f64 = v.parse().map_err(|_| invalid())?;
+        return check_fraction(DeviceBudget::Fraction(f)).ok_or_else(invalid);
+    }
+    parse_bytes(v).map(DeviceBudget::Bytes).ok_or_else(invalid)
+}
+
+fn check_fraction(budget: DeviceBudget) -> Option<DeviceBudget> {
+    match budget {
+        DeviceBudget::Fraction(f) if f > 0.0 && f <= 1.0 => Some(budget),
+        _ => None,
+    }
+}
+
+fn parse_limit(field: &'static str, value: &str) -> Result<Option<u64>, SpillError> {
+    let v = value.trim();
+    if v.eq_ignore_ascii_case("unlimited") {
+        return Ok(None);
+    }
+    parse_bytes(v).map(Some).ok_or(SpillError::InvalidValue {
+        field,
+        value: value.to_string(),
+        accepted: "`unlimited` or a byte count such as 1073741824, 512MiB, 2GiB, 1.5GB",
+    })
+}
+
+/// Parses `123`, `123B`, `4KiB`/`4K` (1024), `4KB` (1000), up to `T`; decimals allowed with a unit.
+pub(crate) fn parse_bytes(value: &str) -> Option<u64> {
+    let v = value.trim();
+    let split = v
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(v.len());
+    let (number, unit) = v.split_at(split);
+    let unit = unit.trim().to_ascii_lowercase();
+    let multiplier: u64 = match unit.as_str() {
+        "" | "b" => 1,
+        "k" | "kib" => 1 << 10,
+        "m" | "mib" => 1 << 20,
+        "g" | "gib" => 1 << 30,
+        "t" | "tib" => 1 << 40,
+        "kb" => 1_000,
+        "mb" => 1_000_000,
+        "gb" => 1_000_000_000,
+        "tb" => 1_000_000_000_000,
+        _ => return None,
+    };
+    if number.is_empty() {
+        return None;
+    }
+    if number.contains('.') {
+        if multiplier == 1 {
+            return None;
+        }
+        let n: f64 = number.parse().ok()?;
+        let bytes = (n * multiplier as f64).round();
+        return (bytes.is_finite() && bytes >= 0.0 && bytes < u64::MAX as f64).then_some(bytes as u64);
+    }
+    number.parse::<u64>().ok()?.checked_mul(multiplier)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn env(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
+        let pairs: Vec<(String, String)> =
+            pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        move |name| pairs.iter().find(|(k, _)| k == name).map(|(_, v)| v.clone())
+    }
+
+    #[test]
+    fn sizes_parse_with_binary_and_decimal_units() {
+        assert_eq!(parse_bytes("0"), Some(0));
+        assert_eq!(parse_bytes("1024"), Some(1024));
+        assert_eq!(parse_bytes("4KiB"), Some(4096));
+        assert_eq!(parse_bytes("4k"), Some(4096));
+        assert_eq!(parse_bytes("2 GiB"), Some(2 << 30));
+        assert_eq!(parse_bytes("1.5GB"), Some(1_500_000_000));
+        assert_eq!(parse_bytes("1.5"), None);
+        assert_eq!(parse_bytes("lots"), None);
+        assert_eq!(parse_bytes("5PB"), None);
+    }
+
+    #[test]
+    fn presets_hold_the_design_table() {
+        let c = SpillConfig::transformer();
+        assert_eq!((c.cache_ratio, c.spill_threshold, c.prefetch_window), (0.65, 0.80, 4));
+        assert_eq!(SpillConfig::gan().get_preset(), Some(Preset::Gan));
+        for p in [Preset::Cnn, Preset::Rnn, Preset::Transformer, Preset::Gan] {
+            SpillConfig::preset(p).validate().unwrap();
+            assert_eq!(p.to_string().parse::<Preset>().unwrap(), p);
+        }
+    }
+
+    #[test]
+    fn env_overrides_apply_with_the_preset_first() {
+        let c = SpillConfig::default()
+            .with_overrides_from(env(&[
+                (ENV_PRESET, "rnn"),
+                (ENV_BUDGET, "64MiB"),
+                (ENV_HOST_LIMIT, "0"),
+                (ENV_DIR, "/tmp/x"),
+                (ENV_POLICY, "LRU"),
+            ]))
+            .unwrap();
+        assert_eq!(c.get_preset(), Some(Preset::Rnn));
+        assert_eq!(c.get_device_budget(), DeviceBudget::Bytes(64 << 20));
+        assert_eq!(c.get_host_limit_bytes(), Some(0));
+        assert_eq!(c.get_spill_dir(), Some(&PathBuf::from("/tmp/x")));
+        let f = SpillConfig::default()
+            .with_overrides_from(env(&[(ENV_BUDGET, "50%")]))
+            .unwrap();
+        assert_eq!(f.get_device_budget(), DeviceBudget::Fraction(0.5));
+    }
+
+    #[test]
+    fn bad_values_name_field_value_and_accepted() {
+        let err = SpillConfig::default()
+            .with_overrides_from(env(&[(ENV_PRESET, "vae")]))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("BURN_SPILL_PRESET") && err.contains("vae") && err.contains("transformer"), "{err}");
+        let err = SpillConfig::default()
+            .with_overrides_from(env(&[(ENV_BUDGET, "1.5")]))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("BURN_SPILL_BUDGET") && err.contains("1.5"), "{err}");
+        let err = SpillConfig::default()
+            .with_overrides_from(env(&[(ENV_POLICY, "mru")]))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("mru") && err.contains("lru"), "{err}");
+        for f in [0.0, -0.5, 1.01, f64::NAN] {
+            let err = SpillConfig::default().device_budget_fraction(f).validate().unwrap_err();
+            assert!(err.to_string().contains("device_budget"), "{err}");
+        }
+        assert!(SpillConfig::default().device_budget_fraction(1.0).validate().is_ok());
+        assert!(SpillConfig::default().device_budget_bytes(0).validate().is_ok());
+        let err = SpillConfig::default().cache_ratio(0.9).spill_threshold(0.5).validate();
+        assert!(err.unwrap_err().to_string().contains("cache_ratio"));
+    }
+
+    #[test]
+    fn serde_round_trip_and_partial_documents() {
+        let c = SpillConfig::cnn().device_budget_bytes(1 << 20).strict(true);
+        let json = serde_json::to_string(&c).unwrap();
+        assert_eq!(serde_json::from_str::<SpillConfig>(&json).unwrap(), c);
+        let partial: SpillConfig =
+            serde_json::from_str(r#"{"device_budget":{"fraction":0.25}}"#).unwrap();
+        assert_eq!(partial.get_device_budget(), DeviceBudget::Fraction(0.25));
+        assert_eq!(partial.get_cache_ratio(), 1.0);
+    }
+}

@@ -1,0 +1,424 @@
+//! The disk tier: one spill file in a private directory, records at reusable offsets.
+//!
+//! Each record is a fixed header (magic, tensor id, lengths, CRC32 of the payload), the
+//! payload's description (dtype and shape, written by the adapter) and the payload. Freed
+//! extents are merged and reused first-fit; an extent at the end of the file shrinks the file.
+//! The directory is created fresh for each store (mode 0700, file 0600), so files a crashed run
+//! left behind are never opened, let alone read as ours; it is removed when the store drops and,
+//! for stores still alive then, when the process exits normally.
+
+use std::collections::BTreeMap;
+use std::fs::{File, OpenOptions};
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::{Mutex, Once};
+
+use super::slot::TensorId;
+
+const MAGIC: [u8; 8] = *b"BSPILL01";
+/// magic (8) + id (8) + meta length (4) + payload length (8) + payload CRC32 (4) + meta CRC32 (4)
+const HEADER_LEN: u64 = 36;
+const FILE_NAME: &str = "tensors.spill";
+
+/// Where one tensor's bytes are in the spill file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DiskRecord {
+    /// Byte offset of the record header.
+    pub offset: u64,
+    /// Header + meta + payload.
+    pub extent: u64,
+    /// Payload length.
+    pub payload_len: u64,
+    /// CRC32 of the payload, also stored in the header.
+    pub crc: u32,
+}
+
+/// Why a record could not be read back.
+#[derive(Debug, thiserror::Error)]
+pub enum DiskReadError {
+    /// The operating system failed the read.
+    #[error("read failed: {0}")]
+    Io(#[from] io::Error),
+    /// The bytes on disk are not what was written.
+    #[error("record is corrupted: {0}")]
+    Corrupt(String),
+}
+
+/// A spill file and its free-extent map.
+#[derive(Debug)]
+pub struct DiskStore {
+    dir: PathBuf,
+    file_path: PathBuf,
+    file: File,
+    /// Free extents by offset, merged with their neighbours.
+    free: BTreeMap<u64, u64>,
+    /// End of the last used extent: the file's logical length.
+    end: u64,
+    records: usize,
+    /// Test hook: fail the next N writes as if the disk were full.
+    fail_writes: u32,
+}
+
+impl DiskStore {
+    /// Creates a fresh private directory under `base` (created if missing) holding an empty
+    /// spill file. Fails if `base` cannot hold it or cannot be written.
+    pub fn create(base: &Path) -> io::Result<Self> {
+        std::fs::create_dir_all(base)?;
+        let dir = tempfile::Builder::new()
+            .prefix("burn-spill-")
+            .tempdir_in(base)?
+            .keep();
+        // From here on, failures must remove what was made.
+        let made = (|| {
+            restrict_dir(&dir)?;
+            let file_path = dir.join(FILE_NAME);
+            let file = open_private(&file_path)?;
+            // Prove the directory is writable with real bytes, not only a create.
+            write_all_at(&file, &MAGIC, 0)?;
+            file.set_len(0)?;
+            Ok::<_, io::Error>((file_path, file))
+        })();
+        let (file_path, file) = match made {
+            Ok(ok) => ok,
+            Err(e) => {
+                let _ = std::fs::remove_dir_all(&dir);
+                return Err(e);
+            }
+        };
+        register_for_exit_cleanup(&dir);
+        Ok(Self {
+            dir,
+            file_path,
+            file,
+            free: BTreeMap::new(),
+            end: 0,
+            records: 0,
+            fail_writes: 0,
+        })
+    }
+
+    /// The private directory of this store.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// The spill file.
+    pub fn file_path(&self) -> &Path {
+        &self.file_path
+    }
+
+    /// Records currently stored.
+    pub fn records(&self) -> usize {
+        self.records
+    }
+
+    /// The spill file's logical length (used extents and the free holes between them).
+    #[cfg(test)]
+    pub fn file_len(&self) -> u64 {
+        self.end
+    }
+
+    /// Makes the next `n` writes fail with an I/O error, as a full disk would.
+    pub fn fail_next_writes(&mut self, n: u32) {
+        self.fail_writes = n;
+    }
+
+    /// Writes one record and returns where it is. On error nothing is kept.
+    pub fn write(&mut self, id: TensorId, meta: &[u8], payload: &[u8]) -> io::Result<DiskRecord> {
+        if self.fail_writes > 0 {
+            self.fail_writes -= 1;
+            return Err(io::Error::new(
+                io::ErrorKind::StorageFull,
+                "injected write failure (test hook)",
+            ));
+        }
+        let extent = HEADER_LEN + meta.len() as u64 + payload.len() as u64;
+        let offset = self.allocate(extent);
+        let crc = crc32fast::hash(payload);
+        let mut head = Vec::with_capacity(HEADER_LEN as usize + meta.len());
+        head.extend_from_slice(&MAGIC);
+        head.extend_from_slice(&id.to_le_bytes());
+        head.extend_from_slice(&(meta.len() as u32).to_le_bytes());
+        head.extend_from_slice(&(payload.len() as u64).to_le_bytes());
+        head.extend_from_slice(&crc.to_le_bytes());
+        head.extend_from_slice(&crc32fast::hash(meta).to_le_bytes());
+        head.extend_from_slice(meta);
+        let written = write_all_at(&self.file, &head, offset)
+            .and_then(|()| write_all_at(&self.file, payload, offset + head.len() as u64));
+        if let Err(e) = written {
+            self.release(offset, extent);
+            return Err(e);
+        }
+        self.records += 1;
+        Ok(DiskRecord {
+            offset,
+            extent,
+            payload_len: payload.len() as u64,
+            crc,
+        })
+    }
+
+    /// Reads a record back, checking that it is the record of `id` with description `meta` and
+    /// that the payload's CRC32 matches what was written.
+    pub fn read(&self, record: &DiskRecord, id: TensorId, meta: &[u8]) -> Result<Vec<u8>, DiskReadError> {
+        let head_len = HEADER_LEN as usize + meta.len();
+        let mut head = vec![0u8; head_len];
+        read_exact_at(&self.file, &mut head, record.offset)?;
+        let field = |at: usize, len: usize| &head[at..at + len];
+        let u64_at = |at: usize| u64::from_le_bytes(field(at, 8).try_into().unwrap());
+        let u32_at = |at: usize| u32::from_le_bytes(field(at, 4).try_into().unwrap());
+        let corrupt = |what: String| Err(DiskReadError::Corrupt(what));
+        if field(0, 8) != MAGIC {
+            return corrupt("bad magic".into());
+        }
+        if u64_at(8) != id {
+            return corrupt(format!("header names tensor {}", u64_at(8)));
+        }
+        if u32_at(16) as usize != meta.len()
+            || u32_at(32) != crc32fast::hash(meta)
+            || &head[HEADER_LEN as usize..] != meta
+        {
+            return corrupt("dtype/shape description differs from the tensor's".into());
+        }
+        if u64_at(20) != record.payload_len || u32_at(28) != record.crc {
+            return corrupt("length or checksum in the header differs from what was written".into());
+        }
+        let mut payload = vec![0u8; record.payload_len as usize];
+        read_exact_at(&self.file, &mut payload, record.offset + head_len as u64)?;
+        let crc = crc32fast::hash(&payload);
+        if crc != record.crc {
+            return corrupt(format!(
+                "payload CRC32 {crc:#010x}, expected {:#010x}",
+                record.crc
+            ));
+        }
+        Ok(payload)
+    }
+
+    /// Frees a record's extent for reuse.
+    pub fn free(&mut self, record: &DiskRecord) {
+        self.records -= 1;
+        self.release(record.offset, record.extent);
+    }
+
+    fn allocate(&mut self, extent: u64) -> u64 {
+        let fit = self
+            .free
+            .iter()
+            .find(|&(_, &len)| len >= extent)
+            .map(|(&off, &len)| (off, len));
+        match fit {
+            Some((off, len)) => {
+                self.free.remove(&off);
+                if len > extent {
+                    self.free.insert(off + extent, len - extent);
+                }
+                off
+            }
+            None => {
+                let off = self.end;
+                self.end += extent;
+                off
+            }
+        }
+    }
+
+    fn release(&mut self, mut offset: u64, mut len: u64) {
+        if let Some((&prev, &prev_len)) = self.free.range(..offset).next_back()
+            && prev + prev_len == offset
+        {
+            self.free.remove(&prev);
+            offset = prev;
+            len += prev_len;
+        }
+        if let Some(next_len) = self.free.remove(&(offset + len)) {
+            len += next_len;
+        }
+        if offset + len == self.end {
+            // The tail is free: shrink the file instead of keeping a hole.
+            self.end = offset;
+            let _ = self.file.set_len(offset);
+        } else {
+            self.free.insert(offset, len);
+        }
+    }
+}
+
+impl Drop for DiskStore {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+        unregister(&self.dir);
+    }
+}
+
+fn open_private(path: &Path) -> io::Result<File> {
+    let mut options = OpenOptions::new();
+    options.read(true).write(true).create_new(true);
+    #[cfg(unix)]
+    std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
+    options.open(path)
+}
+
+fn restrict_dir(dir: &Path) -> io::Result<()> {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))?;
+    }
+    #[cfg(not(unix))]
+    let _ = dir;
+    Ok(())
+}
+
+#[cfg(unix)]
+fn write_all_at(file: &File, buf: &[u8], offset: u64) -> io::Result<()> {
+    std::os::unix::fs::FileExt::write_all_at(file, buf, offset)
+}
+
+#[cfg(unix)]
+fn read_exact_at(file: &File, buf: &mut [u8], offset: u64) -> io::Result<()> {
+    std::os::unix::fs::FileExt::read_exact_at(file, buf, offset)
+}
+
+#[cfg(windows)]
+fn write_all_at(file: &File, mut buf: &[u8], mut offset: u64) -> io::Result<()> {
+    use std::os::windows::fs::FileExt;
+    while !buf.is_empty() {
+        let n = file.seek_write(buf, offset)?;
+        if n == 0 {
+            return Err(io::ErrorKind::WriteZero.into());
+        }
+        buf = &buf[n..];
+        offset += n as u64;
+    }
+    Ok(())
+}
+
+#[cfg(windows)]
+fn read_exact_at(file: &File, mut buf: &mut [u8], mut offset: u64) -> io::Result<()> {
+    use std::os::windows::fs::FileExt;
+    while !buf.is_empty() {
+        let n = file.seek_read(buf, offset)?;
+        if n == 0 {
+            return Err(io::ErrorKind::UnexpectedEof.into());
+        }
+        buf = &mut buf[n..];
+        offset += n as u64;
+    }
+    Ok(())
+}
+
+/// Directories of stores still alive, removed at normal process exit. Stores live in the
+/// process-wide device registry, whose statics Rust never drops, hence the exit hook.
+static LIVE_DIRS: Mutex<Vec<PathBuf>> = Mutex::new(Vec::new());
+
+fn register_for_exit_cleanup(dir: &Path) {
+    static HOOK: Once = Once::new();
+    HOOK.call_once(install_exit_hook);
+    LIVE_DIRS
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .push(dir.to_path_buf());
+}
+
+fn unregister(dir: &Path) {
+    LIVE_DIRS
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .retain(|d| d != dir);
+}
+
+extern "C" fn remove_live_dirs() {
+    // At exit another thread may hold the lock forever; skip rather than hang.
+    if let Ok(dirs) = LIVE_DIRS.try_lock() {
+        for dir in dirs.iter() {
+            let _ = std::fs::remove_dir_all(dir);
+        }
+    }
+}
+
+#[cfg(unix)]
+fn install_exit_hook() {
+    // SAFETY: `remove_live_dirs` is a plain `extern "C" fn()` that never unwinds (all its
+    // operations return errors instead of panicking) and only touches 'static data.
+    unsafe {
+        libc::atexit(remove_live_dirs);
+    }
+}
+
+#[cfg(not(unix))]
+fn install_exit_hook() {
+    // Without atexit the directory stays until the OS cleans its temp dir; stores dropped
+    // normally still remove theirs.
+    let _ = remove_live_dirs;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn records_round_trip_and_offsets_are_reused() {
+        let base = tempfile::tempdir().unwrap();
+        let mut store = DiskStore::create(base.path()).unwrap();
+        let a = store.write(1, b"F32 [4]", &[1u8; 16]).unwrap();
+        let b = store.write(2, b"U8 [3]", &[7u8; 3]).unwrap();
+        assert_eq!(store.read(&a, 1, b"F32 [4]").unwrap(), vec![1u8; 16]);
+        assert_eq!(store.read(&b, 2, b"U8 [3]").unwrap(), vec![7u8; 3]);
+        let len = store.file_len();
+        store.free(&a);
+        let c = store.write(3, b"F32 [4]", &[9u8; 16]).unwrap();
+        assert_eq!(c.offset, a.offset, "a freed extent of the same size is reused");
+        assert_eq!(store.file_len(), len);
+        store.free(&b);
+        store.free(&c);
+        assert_eq!(store.file_len(), 0, "an all-free file shrinks to nothing");
+        assert_eq!(store.records(), 0);
+    }
+
+    #[test]
+    fn corruption_and_wrong_identity_are_caught() {
+        let base = tempfile::tempdir().unwrap();
+        let mut store = DiskStore::create(base.path()).unwrap();
+        let rec = store.write(5, b"I32 [2]", &[1, 2, 3, 4, 5, 6, 7, 8]).unwrap();
+        assert!(matches!(store.read(&rec, 6, b"I32 [2]"), Err(DiskReadError::Corrupt(_))));
+        assert!(matches!(store.read(&rec, 5, b"I64 [1]"), Err(DiskReadError::Corrupt(_))));
+        // Flip one payload byte on disk.
+        let at = rec.offset + HEADER_LEN + 7 + 3;
+        write_all_at(&store.file, &[0xFF], at).unwrap();
+        let err = store.read(&rec, 5, b"I32 [2]").unwrap_err();
+        assert!(err.to_string().contains("CRC32"), "{err}");
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn directory_and_file_are_private_and_removed_on_drop() {
+        use std::os::unix::fs::PermissionsExt;
+        let base = tempfile::tempdir().unwrap();
+        let store = DiskStore::create(base.path()).unwrap();
+        let dir = store.dir().to_path_buf();
+        let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode(&dir), 0o700);
+        assert_eq!(mode(store.file_path()), 0o600);
+        drop(store);
+        assert!(!dir.exists());
+    }
+
+    #[test]
+    fn injected_write_failure_keeps_nothing() {
+        let base = tempfile::tempdir().unwrap();
+        let mut store = DiskStore::create(base.path()).unwrap();
+        store.fail_next_writes(1);
+        assert!(store.write(1, b"m", &[0u8; 8]).is_err());
+        assert_eq!((store.records(), store.file_len()), (0, 0));
+        assert!(store.write(1, b"m", &[0u8; 8]).is_ok());
+    }
+
+    #[test]
+    fn uncreatable_base_is_an_error() {
+        let base = tempfile::tempdir().unwrap();
+        let file = base.path().join("a-file");
+        std::fs::write(&file, b"x").unwrap();
+        assert!(DiskStore::create(&file.join("sub")).is_err());
+    }
+}

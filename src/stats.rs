@@ -1,0 +1,76 @@
+//! `SpillStats`: what burn-spill did on one device, as a plain value for logs and reports.
+
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+/// Count, bytes and time of the moves in one direction between tiers.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MoveStats {
+    /// How many tensors moved.
+    pub count: u64,
+    /// How many bytes moved.
+    pub bytes: u64,
+    /// Wall time spent moving them (reads, copies, writes, uploads).
+    pub time: Duration,
+}
+
+/// Bytes per tier.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TierBytes {
+    /// On the device (the inner backend's primitives).
+    pub device: u64,
+    /// In host buffers owned by burn-spill.
+    pub host: u64,
+    /// In spill files.
+    pub disk: u64,
+}
+
+/// A snapshot of one device's tiers and of the traffic between them.
+///
+/// ```
+/// use burn::backend::Flex;
+/// use burn_spill::SpillBackend;
+/// let stats = SpillBackend::<Flex>::stats(&Default::default());
+/// assert!(stats.resident.device <= stats.peak.device);
+/// ```
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct SpillStats {
+    /// The budget in force, in bytes (`None` = unlimited).
+    pub device_budget_bytes: Option<u64>,
+    /// The host-tier limit in force (`None` = unlimited).
+    pub host_limit_bytes: Option<u64>,
+    /// Resident bytes per tier now.
+    pub resident: TierBytes,
+    /// The most bytes each tier has held since the device was configured (or the last
+    /// [`reset_peaks`](crate::SpillBackend::reset_peaks)).
+    pub peak: TierBytes,
+    /// Of `resident`, the bytes of tensors tagged as parameters.
+    pub parameter_resident: TierBytes,
+    /// Live tensors (clones of a handle count once).
+    pub live_tensors: u64,
+    /// Live tensors tagged as parameters.
+    pub parameter_tensors: u64,
+    /// Bytes spilled off the device right now (host + disk), parameters excluded.
+    pub spilled_other_bytes: u64,
+    /// Bytes spilled off the device right now (host + disk), parameters only.
+    pub spilled_parameter_bytes: u64,
+    /// Device to host (evictions).
+    pub device_to_host: MoveStats,
+    /// Host to device (restores from the host tier).
+    pub host_to_device: MoveStats,
+    /// Host to disk (the host tier overflowing).
+    pub host_to_disk: MoveStats,
+    /// Disk to device (restores from spill files).
+    pub disk_to_device: MoveStats,
+    /// Ops whose own inputs and outputs were larger than the budget, so they ran over it.
+    pub over_budget_ops: u64,
+    /// Ops whose outputs were larger than estimated before they ran, so the device held more
+    /// than the budget until the eviction after the op. The estimate is learned per op and input
+    /// shapes, so these happen on the first step and stop once shapes repeat.
+    pub estimate_misses: u64,
+    /// Spill-file writes that failed; each left its tensor on the host, over the host limit.
+    pub disk_write_errors: u64,
+    /// Total time spent moving bytes in all directions.
+    pub time_moving: Duration,
+}
