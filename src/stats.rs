@@ -63,8 +63,14 @@ pub struct SpillStats {
     pub host_to_disk: MoveStats,
     /// Disk to device (restores from spill files).
     pub disk_to_device: MoveStats,
-    /// Ops whose own inputs and outputs were larger than the budget, so they ran over it.
+    /// Ops that ran over the budget because their own inputs and outputs, plus the bytes that
+    /// may not be evicted, were larger than it.
     pub over_budget_ops: u64,
+    /// The most device bytes held during an over-budget op since the peaks were last reset.
+    pub largest_over_budget_op_bytes: u64,
+    /// Device bytes that may not be evicted because a host round trip would change their memory
+    /// layout (strided views such as transposes on backends whose layout burn-spill can read).
+    pub unevictable_device_bytes: u64,
     /// Ops whose outputs were larger than estimated before they ran, so the device held more
     /// than the budget until the eviction after the op. The estimate is learned per op and input
     /// shapes, so these happen on the first step and stop once shapes repeat.

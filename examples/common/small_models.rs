@@ -203,6 +203,16 @@ pub struct TrainRun {
 
 /// Trains the CNN for `steps` Adam steps with a plain loop.
 pub fn train_cnn<B: AutodiffBackend>(device: &B::Device, steps: usize, batch: usize) -> TrainRun {
+    train_cnn_observed::<B>(device, steps, batch, |_| {})
+}
+
+/// [`train_cnn`], calling `after_step(step)` after each optimizer step.
+pub fn train_cnn_observed<B: AutodiffBackend>(
+    device: &B::Device,
+    steps: usize,
+    batch: usize,
+    mut after_step: impl FnMut(usize),
+) -> TrainRun {
     B::seed(device, 7);
     let mut model = SmallCnn::<B>::new(device);
     let mut optim = AdamConfig::new().init();
@@ -213,6 +223,7 @@ pub fn train_cnn<B: AutodiffBackend>(device: &B::Device, steps: usize, batch: us
         losses.push(loss.clone().into_scalar().elem());
         let grads = GradientsParams::from_grads(loss.backward(), &model);
         model = optim.step(1e-2, model, grads);
+        after_step(step);
     }
     TrainRun {
         losses,
@@ -222,6 +233,16 @@ pub fn train_cnn<B: AutodiffBackend>(device: &B::Device, steps: usize, batch: us
 
 /// Trains the Transformer for `steps` Adam steps with a plain loop (dropout on, seeded).
 pub fn train_gpt<B: AutodiffBackend>(device: &B::Device, steps: usize, batch: usize) -> TrainRun {
+    train_gpt_observed::<B>(device, steps, batch, |_| {})
+}
+
+/// [`train_gpt`], calling `after_step(step)` after each optimizer step.
+pub fn train_gpt_observed<B: AutodiffBackend>(
+    device: &B::Device,
+    steps: usize,
+    batch: usize,
+    mut after_step: impl FnMut(usize),
+) -> TrainRun {
     B::seed(device, 11);
     let mut model = TinyGpt::<B>::new(device);
     let mut optim = AdamConfig::new().init();
@@ -231,6 +252,7 @@ pub fn train_gpt<B: AutodiffBackend>(device: &B::Device, steps: usize, batch: us
         losses.push(loss.clone().into_scalar().elem());
         let grads = GradientsParams::from_grads(loss.backward(), &model);
         model = optim.step(3e-3, model, grads);
+        after_step(step);
     }
     TrainRun {
         losses,

@@ -60,6 +60,14 @@ macro_rules! spill_note {
         }
     };
     (QParams, $x:expr, $op:ident) => { $op.input(&$x.scales) };
+    // What decides the size of a created tensor, so that its estimate is learned per size.
+    ({Shape}, $x:expr, $op:ident) => { $op.hint(&$x.num_elements()) };
+    ({TensorData}, $x:expr, $op:ident) => { $op.hint(&$x.bytes.len()) };
+    ({FloatDType}, $x:expr, $op:ident) => { $op.hint(&$x) };
+    ({IntDType}, $x:expr, $op:ident) => { $op.hint(&$x) };
+    ({BoolDType}, $x:expr, $op:ident) => { $op.hint(&$x) };
+    // Ops that create tensors have no input to tell the device; their device argument does.
+    ({&B::Device}, $x:expr, $op:ident) => { $op.device($x) };
     ({$($ty:tt)*}, $x:expr, $op:ident) => { () };
 }
 

@@ -3,6 +3,7 @@
 pub(crate) mod device;
 pub(crate) mod forward;
 mod host;
+mod layout;
 pub(crate) mod op_scope;
 mod ops;
 pub(crate) mod tensor;

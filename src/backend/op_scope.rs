@@ -6,18 +6,23 @@
 //! the consumed inputs go and settles the device under its watermark. On an unconfigured device
 //! every step is a flag check and nothing is allocated.
 
+use std::collections::hash_map::DefaultHasher;
+use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 
 use burn_backend::Backend;
 
+use super::device::device_key;
 use super::tensor::{Primitive, RetiredHandle, SpillTensor, TensorKind};
-use crate::engine::{DeviceEngine, OpInput, OpOutput, OpTicket};
+use crate::engine::{DeviceEngine, OpInput, OpOutput, OpTicket, engine_for};
 
 pub(crate) struct OpScope<B: Backend> {
     name: &'static str,
     /// Set once an input or output lives on a device with a budget.
     engine: Option<Arc<DeviceEngine>>,
     inputs: Vec<OpInput>,
+    /// Non-tensor arguments that decide the output size (shapes, dtypes, data lengths).
+    hints: Option<DefaultHasher>,
     ticket: Option<OpTicket>,
     outputs: Vec<OpOutput>,
     retired: Vec<RetiredHandle<B>>,
@@ -29,6 +34,7 @@ impl<B: Backend> OpScope<B> {
             name,
             engine: None,
             inputs: Vec::new(),
+            hints: None,
             ticket: None,
             outputs: Vec::new(),
             retired: Vec::new(),
@@ -43,19 +49,39 @@ impl<B: Backend> OpScope<B> {
         if self.engine.is_none() {
             self.engine = Some(tensor.engine().clone());
         }
-        tensor.mark_indexed();
+        let evictable = tensor.evictable();
+        if evictable {
+            tensor.mark_indexed();
+        }
         self.inputs.push(OpInput {
             id: tensor.id(),
             bytes: tensor.bytes(),
             tier: tensor.tier(),
+            evictable,
             victim: tensor.victim(),
         });
+    }
+
+    /// Notes the device a creating op allocates on.
+    pub(crate) fn device(&mut self, device: &B::Device) {
+        if self.engine.is_none() {
+            let engine = engine_for(device_key::<B>(device));
+            if engine.is_tracking() {
+                self.engine = Some(engine);
+            }
+        }
+    }
+
+    /// Notes an argument that decides the output size.
+    pub(crate) fn hint(&mut self, value: &impl Hash) {
+        value.hash(self.hints.get_or_insert_with(DefaultHasher::new));
     }
 
     /// Makes room for the noted inputs and the estimated output.
     pub(crate) fn begin(&mut self) {
         if let Some(engine) = &self.engine {
-            self.ticket = engine.begin_op(self.name, &self.inputs);
+            let hint = self.hints.as_ref().map_or(0, Hasher::finish);
+            self.ticket = engine.begin_op(self.name, &self.inputs, hint);
         }
     }
 
@@ -108,10 +134,14 @@ impl<B: Backend> OpScope<B> {
             if self.engine.is_none() {
                 self.engine = Some(tensor.engine().clone());
             }
-            tensor.mark_indexed();
+            let evictable = tensor.evictable();
+            if evictable {
+                tensor.mark_indexed();
+            }
             self.outputs.push(OpOutput {
                 id: tensor.id(),
                 bytes: tensor.bytes(),
+                evictable,
                 victim: tensor.victim(),
             });
         }
@@ -133,7 +163,7 @@ impl<B: Backend> Drop for OpScope<B> {
         match ticket {
             Some(ticket) => engine.end_op(ticket, &self.outputs),
             None => {
-                for out in self.outputs.drain(..) {
+                for out in self.outputs.drain(..).filter(|o| o.evictable) {
                     engine.register(out.id, out.bytes, out.victim);
                 }
             }

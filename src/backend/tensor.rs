@@ -16,6 +16,7 @@ use burn_std::quantization::{QuantAcc, QuantPropagation};
 
 use super::device::{device_key, persistent_allocation_active};
 use super::host::{HostTensor, read_to_host};
+use super::layout::round_trips_exactly;
 use super::op_scope::OpScope;
 use crate::engine::{
     DeviceEngine, Residency, SlotInfo, Spillable, TensorId, TensorRole, Tier, engine_for,
@@ -107,6 +108,8 @@ pub(crate) struct Handle<B: Backend> {
     engine: Arc<DeviceEngine>,
     /// Whether the engine's index knows this tensor (so the drop must tell it).
     indexed: AtomicBool,
+    /// Whether the bytes can leave the device and come back in the same layout.
+    evictable: bool,
 }
 
 type State<B> = Residency<Primitive<B>, HostTensor>;
@@ -201,7 +204,7 @@ impl<B: Backend> Drop for Handle<B> {
             self.state.get_mut().unwrap_or_else(|e| e.into_inner()),
             Residency::Taken,
         );
-        self.engine.drop_slot(state, self.bytes, self.role);
+        self.engine.drop_slot(state, self.bytes, self.role, self.evictable);
         if *self.indexed.get_mut() {
             self.engine.unregister(self.id);
         }
@@ -312,6 +315,10 @@ impl<B: Backend> SpillTensor<B> {
         };
         let engine = engine_for(device_key::<B>(&device));
         engine.ledger().on_create(bytes, role);
+        let evictable = round_trips_exactly(&primitive);
+        if !evictable {
+            engine.ledger().on_unevictable(bytes, true);
+        }
         Self {
             handle: Arc::new(Handle {
                 id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
@@ -325,6 +332,7 @@ impl<B: Backend> SpillTensor<B> {
                 state: Mutex::new(Residency::Device(primitive)),
                 engine,
                 indexed: AtomicBool::new(false),
+                evictable,
             }),
         }
     }
@@ -404,6 +412,11 @@ impl<B: Backend> SpillTensor<B> {
     pub(crate) fn victim(&self) -> Weak<dyn Spillable> {
         let weak: Weak<Handle<B>> = Arc::downgrade(&self.handle);
         weak
+    }
+
+    /// Whether the engine may move this tensor off the device (see `layout.rs`).
+    pub(crate) fn evictable(&self) -> bool {
+        self.handle.evictable
     }
 
     /// Records that the engine's index now knows this tensor.

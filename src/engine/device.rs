@@ -48,6 +48,8 @@ pub struct OpInput {
     pub bytes: u64,
     /// The tier holding it now.
     pub tier: Tier,
+    /// Whether it may be moved off the device (strided views may not).
+    pub evictable: bool,
     /// The handle, for the index.
     pub victim: Weak<dyn Spillable>,
 }
@@ -58,6 +60,8 @@ pub struct OpOutput {
     pub id: TensorId,
     /// Its bytes.
     pub bytes: u64,
+    /// Whether it may be moved off the device.
+    pub evictable: bool,
     /// The handle, for the index.
     pub victim: Weak<dyn Spillable>,
 }
@@ -70,7 +74,8 @@ pub struct OpTicket {
     strict: bool,
     signature: u64,
     inputs: Vec<TensorId>,
-    input_bytes: u64,
+    /// Bytes of the evictable inputs (the others are in the ledger's unevictable count).
+    evictable_input_bytes: u64,
 }
 
 /// Estimates are keyed by op and input sizes; a step's worth of distinct keys is a few
@@ -180,27 +185,35 @@ impl DeviceEngine {
     }
 
     /// Pins `inputs` and evicts other tensors until the inputs that must be restored plus the
-    /// estimated output fit the budget. Returns `None` when no budget is in force.
-    pub fn begin_op(&self, name: &'static str, inputs: &[OpInput]) -> Option<OpTicket> {
+    /// estimated output fit the budget. `hint` folds in the non-tensor arguments that decide
+    /// the output size. Returns `None` when no budget is in force.
+    pub fn begin_op(&self, name: &'static str, inputs: &[OpInput], hint: u64) -> Option<OpTicket> {
         let limits = self.limits();
         let budget = limits.budget?;
         let tick = self.tick.fetch_add(1, Ordering::Relaxed);
         let mut ids = Vec::with_capacity(inputs.len());
         let (mut input_bytes, mut to_restore, mut largest) = (0u64, 0u64, 0u64);
+        let mut evictable_input_bytes = 0u64;
         let mut hasher = DefaultHasher::new();
         name.hash(&mut hasher);
+        hint.hash(&mut hasher);
         {
             let mut index = lock(&self.index);
             for input in inputs {
                 input.bytes.hash(&mut hasher);
-                index.insert_or_touch(input.id, input.bytes, input.tier, tick, || input.victim.clone());
-                index.pin(input.id);
+                if input.evictable {
+                    index.insert_or_touch(input.id, input.bytes, input.tier, tick, || input.victim.clone());
+                    index.pin(input.id);
+                }
                 if ids.contains(&input.id) {
                     ids.push(input.id);
                     continue;
                 }
                 ids.push(input.id);
                 input_bytes += input.bytes;
+                if input.evictable {
+                    evictable_input_bytes += input.bytes;
+                }
                 largest = largest.max(input.bytes);
                 if input.tier != Tier::Device {
                     to_restore += input.bytes;
@@ -226,7 +239,7 @@ impl DeviceEngine {
             strict: limits.strict,
             signature,
             inputs: ids,
-            input_bytes,
+            evictable_input_bytes,
         })
     }
 
@@ -235,16 +248,21 @@ impl DeviceEngine {
     /// so that the device bytes seen here are the op's real peak.
     pub fn end_op(&self, ticket: OpTicket, outputs: &[OpOutput]) {
         let tick = self.tick.fetch_add(1, Ordering::Relaxed);
-        let mut output_bytes = 0u64;
+        let (mut output_bytes, mut evictable_output_bytes) = (0u64, 0u64);
         {
             let mut index = lock(&self.index);
             for id in &ticket.inputs {
                 index.unpin(*id);
             }
             for (i, out) in outputs.iter().enumerate() {
-                index.insert_or_touch(out.id, out.bytes, Tier::Device, tick, || out.victim.clone());
+                if out.evictable {
+                    index.insert_or_touch(out.id, out.bytes, Tier::Device, tick, || out.victim.clone());
+                }
                 if !outputs[..i].iter().any(|o| o.id == out.id) {
                     output_bytes += out.bytes;
+                    if out.evictable {
+                        evictable_output_bytes += out.bytes;
+                    }
                 }
             }
         }
@@ -255,10 +273,13 @@ impl DeviceEngine {
             }
             estimates.insert(ticket.signature, output_bytes);
         }
-        if self.ledger.resident(Tier::Device) > ticket.budget {
-            let needed = ticket.input_bytes + output_bytes;
-            if needed > ticket.budget {
-                self.over_budget(&ticket, needed);
+        let resident = self.ledger.resident(Tier::Device);
+        if resident > ticket.budget {
+            // What no eviction could have freed: this op's own tensors and the unevictable ones.
+            let unavoidable =
+                ticket.evictable_input_bytes + evictable_output_bytes + self.ledger.unevictable();
+            if unavoidable > ticket.budget {
+                self.over_budget(&ticket, resident);
             } else {
                 self.ledger.on_estimate_miss();
             }
@@ -277,20 +298,23 @@ impl DeviceEngine {
         }
     }
 
-    fn over_budget(&self, ticket: &OpTicket, needed: u64) {
-        self.ledger.on_over_budget();
+    fn over_budget(&self, ticket: &OpTicket, held: u64) {
+        self.ledger.on_over_budget(held);
         if ticket.strict {
             panic!(
-                "burn-spill (strict): op `{}` needs {needed} bytes of inputs and outputs on the device, \
-                 more than the device budget of {} bytes; raise the budget or turn strict mode off",
-                ticket.name, ticket.budget
+                "burn-spill (strict): op `{}` needed {held} bytes on the device (its inputs and outputs \
+                 plus {} bytes that may not be evicted), more than the device budget of {} bytes; \
+                 raise the budget or turn strict mode off",
+                ticket.name,
+                self.ledger.unevictable(),
+                ticket.budget
             );
         }
         if lock(&self.warned_ops).insert(ticket.name) {
             tracing::warn!(
                 target: "burn_spill::budget",
                 op = ticket.name,
-                needed_bytes = needed,
+                held_bytes = held,
                 budget_bytes = ticket.budget,
                 "op needs more device memory than the budget and runs over it (logged once per op kind)"
             );
@@ -488,7 +512,10 @@ impl DeviceEngine {
     }
 
     /// Accounts for a dropped tensor's bytes wherever they were, freeing its spill record.
-    pub fn drop_slot<D, H>(&self, slot: Residency<D, H>, bytes: u64, role: super::TensorRole) {
+    pub fn drop_slot<D, H>(&self, slot: Residency<D, H>, bytes: u64, role: super::TensorRole, evictable: bool) {
+        if !evictable {
+            self.ledger.on_unevictable(bytes, false);
+        }
         let tier = match slot {
             Residency::Device(_) | Residency::Taken => Tier::Device,
             Residency::Host(_) => Tier::Host,

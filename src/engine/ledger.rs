@@ -96,6 +96,8 @@ pub struct Ledger {
     parameter_tier: [AtomicU64; 3],
     moves: [MoveCounter; 4],
     over_budget_ops: AtomicU64,
+    largest_over_budget: AtomicU64,
+    unevictable: AtomicU64,
     estimate_misses: AtomicU64,
     disk_write_errors: AtomicU64,
 }
@@ -146,9 +148,25 @@ impl Ledger {
         self.tier[tier.index()].load(Ordering::Relaxed)
     }
 
-    /// Counts an op that ran over the budget.
-    pub fn on_over_budget(&self) {
+    /// Records device bytes that may not leave the device (strided views), now created (`true`)
+    /// or dropped (`false`).
+    pub fn on_unevictable(&self, bytes: u64, created: bool) {
+        if created {
+            self.unevictable.fetch_add(bytes, Ordering::Relaxed);
+        } else {
+            self.unevictable.fetch_sub(bytes, Ordering::Relaxed);
+        }
+    }
+
+    /// Device bytes that may not leave the device.
+    pub fn unevictable(&self) -> u64 {
+        self.unevictable.load(Ordering::Relaxed)
+    }
+
+    /// Counts an op that ran over the budget while the device held `bytes`.
+    pub fn on_over_budget(&self, bytes: u64) {
         self.over_budget_ops.fetch_add(1, Ordering::Relaxed);
+        self.largest_over_budget.fetch_max(bytes, Ordering::Relaxed);
     }
 
     /// Counts an op whose outputs were larger than estimated.
@@ -167,6 +185,7 @@ impl Ledger {
             let now = self.resident(tier);
             self.tier_peak[tier.index()].store(now, Ordering::Relaxed);
         }
+        self.largest_over_budget.store(0, Ordering::Relaxed);
     }
 
     fn add_to_tier(&self, tier: Tier, bytes: u64, role: TensorRole) {
@@ -225,6 +244,8 @@ impl Ledger {
             host_to_disk: moves[2],
             disk_to_device: moves[3],
             over_budget_ops: self.over_budget_ops.load(Ordering::Relaxed),
+            largest_over_budget_op_bytes: self.largest_over_budget.load(Ordering::Relaxed),
+            unevictable_device_bytes: self.unevictable.load(Ordering::Relaxed),
             estimate_misses: self.estimate_misses.load(Ordering::Relaxed),
             disk_write_errors: self.disk_write_errors.load(Ordering::Relaxed),
             time_moving: moves.iter().map(|m| m.time).sum(),

@@ -1,0 +1,402 @@
+//! Throughput of the host and disk tiers of `SpillBackend<Flex>` against plain copies and plain
+//! file I/O of the same number of bytes, measured in the same run. Prints a markdown table of
+//! the ratios at the end (the target is spill / baseline >= 0.8 in every direction).
+//!
+//! ```text
+//! cargo bench --bench tiers            # full run, about a minute
+//! cargo bench --bench tiers -- --test  # smoke run, seconds
+//! ```
+//!
+//! What is measured:
+//! - The engine side is the engine's own per-direction timing (`SpillStats::device_to_host`,
+//!   `host_to_device`, `host_to_disk`, `disk_to_device`: wall time inside the move, bytes moved),
+//!   taken as deltas around one use of the tensor. With a device budget of 0 every use restores
+//!   the tensor (host or disk -> device) and the eviction after the op spills it again
+//!   (device -> host, and with a host limit of 0 on to disk).
+//! - The baseline is timed in the same round, right before or after (the order alternates), and
+//!   the summary ratio is the median over rounds of the per-round throughput ratio, so that
+//!   drift on a shared machine hits both sides alike.
+//! - Criterion groups `host_roundtrip` and `disk_roundtrip` time one whole use end to end
+//!   (restore + op + re-evict, with all the bookkeeping) against the same bytes moved plainly.
+//!
+//! The spill directory and the baseline file are in the same fresh temp directory (under
+//! `$TMPDIR`, or `BURN_SPILL_BENCH_DIR` if set); neither side fsyncs, as the engine does not.
+
+use std::fs::{File, OpenOptions};
+use std::hint::black_box;
+use std::io::{Read, Seek, SeekFrom, Write};
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use burn::backend::Flex;
+use burn::tensor::{Tensor, TensorData};
+use burn_spill::{MoveStats, SpillBackend, SpillConfig, Tier};
+use criterion::{BenchmarkId, Criterion, Throughput};
+
+type Spill = SpillBackend<Flex>;
+
+const MIB: usize = 1 << 20;
+const SIZES_MIB: [usize; 2] = [16, 64];
+
+/// A float tensor of `bytes` bytes (f32) and the same bytes as a host buffer for the baselines.
+fn tensor_and_bytes(bytes: usize) -> (Tensor<Spill, 1>, Vec<u8>) {
+    let n = bytes / 4;
+    let values: Vec<f32> = (0..n).map(|i| (i % 1021) as f32 * 0.5).collect();
+    let raw: Vec<u8> = values.iter().flat_map(|v| v.to_le_bytes()).collect();
+    let t = Tensor::from_data(TensorData::new(values, [n]), &Default::default());
+    (t, raw)
+}
+
+fn tier(t: &Tensor<Spill, 1>) -> Tier {
+    t.clone().into_primitive().tensor().residency()
+}
+
+/// One use of the tensor: the op must restore its input; its output is one element, so almost
+/// all bytes moved are the input's. With budget 0 the settle after the op spills the input again
+/// (and the 4-byte output, which is dropped right away).
+fn use_once(t: &Tensor<Spill, 1>) {
+    drop(black_box(t.clone().slice([0..1])));
+}
+
+/// The baseline for device <-> host moves: `to_vec` and drop.
+///
+/// Why `to_vec` and not `copy_from_slice` into a preallocated buffer: every spill produces a new
+/// host buffer that the host tier then owns (there is no arena to reuse), and every move frees
+/// the buffer it came from (the device buffer after a spill; for a restore on a real device the
+/// host buffer), so one move is "allocate + copy + free". `to_vec` + drop is exactly that, page
+/// faults of a fresh large allocation included. The preallocated copy is the bare bandwidth
+/// ceiling; it is printed for context, not used for the ratio.
+fn memcpy_fresh(src: &[u8]) -> Duration {
+    let start = Instant::now();
+    let copy = black_box(src.to_vec());
+    drop(copy);
+    start.elapsed()
+}
+
+fn memcpy_prealloc(src: &[u8], dst: &mut [u8]) -> Duration {
+    let start = Instant::now();
+    dst.copy_from_slice(src);
+    black_box(&mut *dst);
+    start.elapsed()
+}
+
+/// The baseline file, in the same directory as the spill directory, used as the engine uses its
+/// spill file: the record is written into an empty file at offset 0 and, once read back, the
+/// file is truncated to nothing again (the engine frees the record, and a free extent at the end
+/// of the file shrinks it). No fsync on either side.
+struct BaselineFile(File);
+
+impl BaselineFile {
+    fn create(dir: &Path) -> Self {
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .open(dir.join("baseline.bin"))
+            .expect("create the baseline file");
+        Self(file)
+    }
+
+    /// host -> disk: write the buffer sequentially and release it (a spill to disk releases the
+    /// host buffer too); the buffer is a fresh copy made outside the timing.
+    fn write(&mut self, src: &[u8]) -> Duration {
+        let buf = src.to_vec();
+        let start = Instant::now();
+        self.0.seek(SeekFrom::Start(0)).unwrap();
+        self.0.write_all(&buf).expect("write the baseline file");
+        drop(buf);
+        start.elapsed()
+    }
+
+    /// disk -> memory: read the file sequentially into a fresh buffer (as the engine does) and
+    /// truncate it. The buffer outlives the timing (the engine hands it to the device tensor).
+    fn read(&mut self, len: usize) -> (Duration, Vec<u8>) {
+        let start = Instant::now();
+        let mut buf = vec![0u8; len];
+        self.0.seek(SeekFrom::Start(0)).unwrap();
+        self.0.read_exact(&mut buf).expect("read the baseline file");
+        self.0.set_len(0).unwrap();
+        (start.elapsed(), black_box(buf))
+    }
+}
+
+fn stats() -> burn_spill::SpillStats {
+    Spill::stats(&Default::default())
+}
+
+/// Bytes and time of one direction between two snapshots.
+fn delta(before: &MoveStats, after: &MoveStats) -> (u64, Duration) {
+    (after.bytes - before.bytes, after.time - before.time)
+}
+
+fn throughput(bytes: u64, time: Duration) -> f64 {
+    bytes as f64 / time.as_secs_f64().max(1e-12)
+}
+
+fn median(mut xs: Vec<f64>) -> f64 {
+    xs.sort_by(f64::total_cmp);
+    xs[xs.len() / 2]
+}
+
+/// One row of the summary: medians over the rounds.
+struct Row {
+    tier: &'static str,
+    direction: &'static str,
+    mib: usize,
+    engine_bps: f64,
+    baseline: &'static str,
+    baseline_bps: f64,
+    ratio: f64,
+}
+
+/// Per-round samples of one direction.
+#[derive(Default)]
+struct Samples {
+    engine: Vec<f64>,
+    baseline: Vec<f64>,
+    ratio: Vec<f64>,
+}
+
+impl Samples {
+    fn push(&mut self, engine_bps: f64, baseline_bps: f64) {
+        self.engine.push(engine_bps);
+        self.baseline.push(baseline_bps);
+        self.ratio.push(engine_bps / baseline_bps);
+    }
+
+    fn row(self, tier: &'static str, direction: &'static str, mib: usize, baseline: &'static str) -> Row {
+        Row {
+            tier,
+            direction,
+            mib,
+            engine_bps: median(self.engine),
+            baseline,
+            baseline_bps: median(self.baseline),
+            ratio: median(self.ratio),
+        }
+    }
+}
+
+fn configure(base: &Path, host_limit: Option<u64>) {
+    let config = SpillConfig::default().device_budget_bytes(0).spill_dir(base);
+    let config = match host_limit {
+        Some(limit) => config.host_limit_bytes(limit),
+        None => config.unlimited_host(),
+    };
+    Spill::configure(&Default::default(), config).expect("configure the spill device");
+}
+
+/// Host tier: device -> host and host -> device against `to_vec`, paired per round.
+fn paired_host(mib: usize, t: &Tensor<Spill, 1>, src: &[u8], warmup: usize, rounds: usize) -> [Row; 2] {
+    let (mut spill, mut restore) = (Samples::default(), Samples::default());
+    for round in 0..warmup + rounds {
+        let engine = || {
+            let before = stats();
+            use_once(t);
+            let after = stats();
+            assert_eq!(tier(t), Tier::Host, "the tensor is spilled to host again after each use");
+            (
+                delta(&before.device_to_host, &after.device_to_host),
+                delta(&before.host_to_device, &after.host_to_device),
+            )
+        };
+        let baseline = || (memcpy_fresh(src), memcpy_fresh(src));
+        let ((d2h, h2d), (b1, b2)) = if round % 2 == 0 {
+            let e = engine();
+            (e, baseline())
+        } else {
+            let b = baseline();
+            (engine(), b)
+        };
+        if round >= warmup {
+            let n = src.len() as u64;
+            spill.push(throughput(d2h.0, d2h.1), throughput(n, b1));
+            restore.push(throughput(h2d.0, h2d.1), throughput(n, b2));
+        }
+    }
+    [
+        spill.row("host", "spill device->host", mib, "to_vec"),
+        restore.row("host", "restore host->device", mib, "to_vec"),
+    ]
+}
+
+/// Disk tier: host -> disk and disk -> device against a plain write and read of the same bytes
+/// in a file in the same directory, paired per round.
+fn paired_disk(
+    mib: usize,
+    t: &Tensor<Spill, 1>,
+    src: &[u8],
+    file: &mut BaselineFile,
+    warmup: usize,
+    rounds: usize,
+) -> [Row; 2] {
+    let (mut spill, mut restore) = (Samples::default(), Samples::default());
+    for round in 0..warmup + rounds {
+        let engine = || {
+            let before = stats();
+            use_once(t);
+            let after = stats();
+            assert_eq!(tier(t), Tier::Disk, "the tensor is spilled to disk again after each use");
+            (
+                delta(&before.host_to_disk, &after.host_to_disk),
+                delta(&before.disk_to_device, &after.disk_to_device),
+            )
+        };
+        let mut baseline = || {
+            let w = file.write(src);
+            let (r, buf) = file.read(src.len());
+            assert_eq!(buf.len(), src.len());
+            (w, r)
+        };
+        let ((h2d, d2d), (bw, br)) = if round % 2 == 0 {
+            let e = engine();
+            (e, baseline())
+        } else {
+            let b = baseline();
+            (engine(), b)
+        };
+        if round >= warmup {
+            let n = src.len() as u64;
+            spill.push(throughput(h2d.0, h2d.1), throughput(n, bw));
+            restore.push(throughput(d2d.0, d2d.1), throughput(n, br));
+        }
+    }
+    [
+        spill.row("disk", "spill host->disk", mib, "file write"),
+        restore.row("disk", "restore disk->device", mib, "file read"),
+    ]
+}
+
+/// Reads criterion's point estimate (mean, ns) of one benchmark from this run's output.
+fn mean_ns(id: &str) -> Option<f64> {
+    let dir = std::env::var("CARGO_TARGET_DIR").unwrap_or_else(|_| "target".into());
+    let path = format!("{dir}/criterion/{id}/new/estimates.json");
+    let json: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(path).ok()?).ok()?;
+    json["mean"]["point_estimate"].as_f64()
+}
+
+fn gbps(bps: f64) -> String {
+    format!("{:.2}", bps / 1e9)
+}
+
+fn main() {
+    let test_mode = std::env::args().any(|a| a == "--test");
+    let (warmup, rounds) = if test_mode { (0, 1) } else { (3, 31) };
+    let mut c = Criterion::default()
+        .configure_from_args()
+        .sample_size(10)
+        .warm_up_time(Duration::from_millis(300))
+        .measurement_time(Duration::from_secs(2));
+
+    let base = match std::env::var_os("BURN_SPILL_BENCH_DIR") {
+        Some(dir) => tempfile::tempdir_in(dir),
+        None => tempfile::tempdir(),
+    }
+    .expect("a temp directory for the spill file and the baseline file");
+    let mut rows = Vec::new();
+    let mut prealloc = Vec::new();
+
+    // Host tier: budget 0, host unlimited. The tensor is spilled to host right after the op that
+    // creates it; each use restores it and spills it again.
+    configure(base.path(), None);
+    for mib in SIZES_MIB {
+        let bytes = mib * MIB;
+        let (t, src) = tensor_and_bytes(bytes);
+        assert_eq!(tier(&t), Tier::Host, "budget 0 spills the new tensor to host");
+        let mut dst = vec![0u8; bytes];
+        memcpy_prealloc(&src, &mut dst);
+        let samples = (0..if test_mode { 1 } else { 15 })
+            .map(|_| throughput(bytes as u64, memcpy_prealloc(&src, &mut dst)))
+            .collect();
+        prealloc.push((mib, median(samples)));
+        rows.extend(paired_host(mib, &t, &src, warmup, rounds));
+
+        let mut group = c.benchmark_group("host_roundtrip");
+        group.throughput(Throughput::Bytes(2 * bytes as u64));
+        group.bench_function(BenchmarkId::new("spill", format!("{mib}MiB")), |b| {
+            b.iter(|| use_once(&t))
+        });
+        group.bench_function(BenchmarkId::new("memcpy_x2", format!("{mib}MiB")), |b| {
+            b.iter(|| {
+                memcpy_fresh(&src);
+                memcpy_fresh(&src)
+            })
+        });
+        group.finish();
+    }
+
+    // Disk tier: budget 0, host limit 0. Each use restores the tensor from disk and the settle
+    // after the op spills it to host (a copy) and on to disk.
+    configure(base.path(), Some(0));
+    let mut file = BaselineFile::create(base.path());
+    for mib in SIZES_MIB {
+        let bytes = mib * MIB;
+        let (t, src) = tensor_and_bytes(bytes);
+        assert_eq!(tier(&t), Tier::Disk, "host limit 0 sends the spilled tensor to disk");
+        rows.extend(paired_disk(mib, &t, &src, &mut file, warmup, rounds));
+
+        let mut group = c.benchmark_group("disk_roundtrip");
+        group.throughput(Throughput::Bytes(2 * bytes as u64));
+        group.bench_function(BenchmarkId::new("spill", format!("{mib}MiB")), |b| {
+            b.iter(|| use_once(&t))
+        });
+        // The same work done plainly: copy off the "device", write, read back.
+        group.bench_function(BenchmarkId::new("copy_write_read", format!("{mib}MiB")), |b| {
+            b.iter(|| {
+                memcpy_fresh(&src);
+                file.write(&src);
+                file.read(bytes).1
+            })
+        });
+        group.finish();
+    }
+    c.final_summary();
+    // Back to unlimited so that the spill directory may go.
+    Spill::configure(&Default::default(), SpillConfig::default()).expect("unconfigure");
+
+    println!("\nTier throughput, SpillBackend<Flex>, f32 tensors; spill dir and baseline file in {}", base.path().display());
+    println!(
+        "engine = SpillStats per-direction bytes / time (the engine's own timing of each move); \
+         baseline timed in the same round; median over {rounds} rounds; GB/s = 1e9 bytes/s.\n"
+    );
+    println!("| tier | direction | size | engine (GB/s) | baseline | baseline (GB/s) | ratio spill/baseline | >= 0.8 |");
+    println!("|---|---|---:|---:|---|---:|---:|---|");
+    for r in &rows {
+        println!(
+            "| {} | {} | {} MiB | {} | {} | {} | {:.3} | {} |",
+            r.tier,
+            r.direction,
+            r.mib,
+            gbps(r.engine_bps),
+            r.baseline,
+            gbps(r.baseline_bps),
+            r.ratio,
+            if r.ratio >= 0.8 { "yes" } else { "NO" }
+        );
+    }
+    for (mib, bps) in prealloc {
+        println!("\ncontext: copy_from_slice into a preallocated buffer, {mib} MiB: {} GB/s", gbps(bps));
+    }
+
+    if !test_mode {
+        println!("\nEnd to end (criterion means): one use = restore + op + re-evict, against the same bytes moved plainly");
+        println!("\n| group | size | spill (ms) | plain (ms) | plain | ratio plain/spill |");
+        println!("|---|---:|---:|---:|---|---:|");
+        for (group, plain) in [("host_roundtrip", "memcpy_x2"), ("disk_roundtrip", "copy_write_read")] {
+            for mib in SIZES_MIB {
+                if let (Some(spill), Some(base)) = (
+                    mean_ns(&format!("{group}/spill/{mib}MiB")),
+                    mean_ns(&format!("{group}/{plain}/{mib}MiB")),
+                ) {
+                    println!(
+                        "| {group} | {mib} MiB | {:.2} | {:.2} | {plain} | {:.3} |",
+                        spill / 1e6,
+                        base / 1e6,
+                        base / spill
+                    );
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,243 @@
+//! Configuration through `SpillBackend::configure`: fractional budgets, the `BURN_SPILL_*`
+//! environment overrides and their errors, and a default config that moves nothing.
+//!
+//! Configuration and the environment are process-wide, so every test holds [`serial`]'s lock
+//! for its whole run, starts and ends with no `BURN_SPILL_*` variable set, and resets the device
+//! to `SpillConfig::default()` when it ends, panicking or not.
+
+mod common;
+
+use std::sync::{Mutex, MutexGuard};
+
+use burn::tensor::backend::Backend;
+use burn::tensor::{Device, Tensor, TensorData};
+use burn_spill::{
+    ENV_BUDGET, ENV_DIR, ENV_HOST_LIMIT, ENV_POLICY, ENV_PRESET, SpillConfig, SpillError,
+};
+use common::{Plain, Spill, assert_same_data};
+
+const ALL_VARS: [&str; 5] = [ENV_BUDGET, ENV_HOST_LIMIT, ENV_DIR, ENV_POLICY, ENV_PRESET];
+
+static LOCK: Mutex<()> = Mutex::new(());
+
+/// Holds the binary-wide lock; on drop clears the variables and resets the device.
+struct Serial(#[allow(dead_code)] MutexGuard<'static, ()>);
+
+fn serial() -> Serial {
+    let guard = Serial(LOCK.lock().unwrap_or_else(|e| e.into_inner()));
+    clear_env();
+    guard
+}
+
+impl Drop for Serial {
+    fn drop(&mut self) {
+        clear_env();
+        if let Err(e) = Spill::configure(&dev(), SpillConfig::default()) {
+            eprintln!("could not reset the device after a test: {e}");
+        }
+    }
+}
+
+fn set_env(name: &str, value: &str) {
+    // SAFETY: every test of this binary holds `LOCK` while it touches the environment or calls
+    // `configure` (the only reader of these variables), so no other thread of this process reads
+    // or writes the environment at the same time.
+    unsafe { std::env::set_var(name, value) }
+}
+
+fn clear_env() {
+    for name in ALL_VARS {
+        // SAFETY: as in `set_env`: callers hold `LOCK`.
+        unsafe { std::env::remove_var(name) }
+    }
+}
+
+fn dev() -> Device<Spill> {
+    Default::default()
+}
+
+fn input<B: Backend>(seed: usize, rows: usize, cols: usize, device: &B::Device) -> Tensor<B, 2> {
+    let values: Vec<f32> = (0..rows * cols)
+        .map(|i| ((seed * 31 + i * 7) % 23) as f32 * 0.125 - 1.25)
+        .collect();
+    Tensor::from_data(TensorData::new(values, [rows, cols]), device)
+}
+
+fn mem_total_bytes() -> u64 {
+    let meminfo = std::fs::read_to_string("/proc/meminfo").expect("/proc/meminfo");
+    let line = meminfo.lines().find(|l| l.starts_with("MemTotal:")).unwrap();
+    line.split_whitespace().nth(1).unwrap().parse::<u64>().unwrap() * 1024
+}
+
+#[test]
+fn invalid_fractions_are_rejected_at_configure() {
+    let _serial = serial();
+    let device = dev();
+    Spill::configure(&device, SpillConfig::default().device_budget_bytes(4096)).unwrap();
+    for fraction in [0.0, -0.1, 1.5] {
+        let err = Spill::configure(&device, SpillConfig::default().device_budget_fraction(fraction))
+            .unwrap_err();
+        match &err {
+            SpillError::InvalidValue { field, value, .. } => {
+                assert_eq!(*field, "device_budget", "{err}");
+                assert!(value.contains(&fraction.to_string()), "{err}");
+            }
+            other => panic!("fraction {fraction}: expected InvalidValue, got {other:?}"),
+        }
+        let message = err.to_string();
+        assert!(
+            message.contains("device_budget") && message.contains("(0, 1]"),
+            "{message}"
+        );
+        assert_eq!(
+            Spill::stats(&device).device_budget_bytes,
+            Some(4096),
+            "a rejected config leaves the previous one in force"
+        );
+    }
+}
+
+#[test]
+fn fraction_of_declared_device_memory() {
+    let _serial = serial();
+    let device = dev();
+    Spill::configure(
+        &device,
+        SpillConfig::default()
+            .device_budget_fraction(0.5)
+            .device_memory_bytes(1 << 30),
+    )
+    .unwrap();
+    assert_eq!(Spill::stats(&device).device_budget_bytes, Some(1 << 29));
+}
+
+#[test]
+fn fraction_of_ram_on_a_cpu_backend() {
+    let _serial = serial();
+    let device = dev();
+    Spill::configure(&device, SpillConfig::default().device_budget_fraction(0.5)).unwrap();
+    let total = mem_total_bytes();
+    let budget = Spill::stats(&device).device_budget_bytes.expect("a budget");
+    assert!(budget > 0 && budget < total, "budget {budget}, RAM {total}");
+    assert_eq!(budget, (total as f64 * 0.5) as u64, "half of MemTotal");
+}
+
+#[test]
+fn env_overrides_take_effect_through_configure() {
+    let _serial = serial();
+    let device = dev();
+    let tmp = tempfile::tempdir().unwrap();
+    set_env(ENV_BUDGET, "1MiB");
+    set_env(ENV_HOST_LIMIT, "0");
+    set_env(ENV_PRESET, "gan");
+    set_env(ENV_POLICY, "lru");
+    set_env(ENV_DIR, tmp.path().to_str().unwrap());
+    Spill::configure(&device, SpillConfig::default()).unwrap();
+    clear_env();
+
+    let stats = Spill::stats(&device);
+    assert_eq!(stats.device_budget_bytes, Some(1 << 20));
+    assert_eq!(stats.host_limit_bytes, Some(0));
+    let file = Spill::spill_file(&device).expect("host limit 0 makes a disk tier");
+    assert!(
+        file.starts_with(tmp.path()),
+        "spill file {} lies under BURN_SPILL_DIR {}",
+        file.display(),
+        tmp.path().display()
+    );
+
+    // The gan preset's watermarks (spill above 70% of the budget, down to 50%) are in force:
+    // three 256 KiB tensors (75%) are brought down to two; without the preset all three fit.
+    let tensors: Vec<_> = (0..3).map(|i| input::<Spill>(i, 256, 256, &device)).collect();
+    let stats = Spill::stats(&device);
+    assert!(stats.resident.device <= 512 << 10, "{:?}", stats.resident);
+    assert_eq!(stats.resident.disk, 256 << 10, "{:?}", stats.resident);
+    for (i, t) in tensors.iter().enumerate() {
+        assert_same_data(
+            &input::<Plain>(i, 256, 256, &Default::default()).into_data(),
+            &t.clone().into_data(),
+            "tensor under the env config",
+        );
+    }
+}
+
+/// Configures with `name=value` set and returns the error's message, after checking it names the
+/// variable, the value and `accepted`.
+fn env_error(name: &str, value: &str, accepted: &str) {
+    let device = dev();
+    set_env(name, value);
+    let result = Spill::configure(&device, SpillConfig::default());
+    clear_env();
+    let err = result.expect_err(&format!("{name}={value} must be rejected"));
+    match &err {
+        SpillError::InvalidValue {
+            field, value: v, ..
+        } => {
+            assert_eq!(*field, name, "{err}");
+            assert_eq!(v, value, "{err}");
+        }
+        other => panic!("{name}={value}: expected InvalidValue, got {other:?}"),
+    }
+    let message = err.to_string();
+    for needle in [name, value, accepted] {
+        assert!(message.contains(needle), "{name}={value}: message lacks {needle:?}: {message}");
+    }
+}
+
+#[test]
+fn bad_env_values_name_variable_value_and_accepted() {
+    let _serial = serial();
+    let device = dev();
+    Spill::configure(&device, SpillConfig::default().device_budget_bytes(777)).unwrap();
+    env_error(ENV_PRESET, "vae", "cnn, rnn, transformer, gan");
+    env_error(ENV_POLICY, "mru", "lru");
+    env_error(ENV_BUDGET, "lots", "512MiB");
+    env_error(ENV_BUDGET, "150%", "50%");
+    env_error(ENV_HOST_LIMIT, "plenty", "unlimited");
+    assert_eq!(
+        Spill::stats(&device).device_budget_bytes,
+        Some(777),
+        "rejected overrides leave the previous config in force"
+    );
+    assert!(std::env::var(ENV_BUDGET).is_err(), "variables are removed after each case");
+}
+
+#[test]
+fn default_config_moves_nothing() {
+    let _serial = serial();
+    let device = dev();
+    // Another test of this binary may have made a disk tier earlier (a default config does not
+    // remove one); what matters is that nothing moves and nothing is written.
+    let file_before = Spill::spill_file(&device);
+    let len_before = file_before.as_ref().map(|f| std::fs::metadata(f).map(|m| m.len()).ok());
+    Spill::configure(&device, SpillConfig::default()).unwrap();
+    let before = Spill::stats(&device);
+    assert_eq!((before.device_budget_bytes, before.host_limit_bytes), (None, None));
+
+    let program = |d: &Device<Spill>| {
+        let a = input::<Spill>(1, 32, 32, d);
+        let b = input::<Spill>(2, 32, 32, d);
+        let c = a.clone().matmul(b.clone()).tanh() + a;
+        (c * b).sum_dim(1).into_data()
+    };
+    let plain = {
+        let d = Default::default();
+        let a = input::<Plain>(1, 32, 32, &d);
+        let b = input::<Plain>(2, 32, 32, &d);
+        let c = a.clone().matmul(b.clone()).tanh() + a;
+        (c * b).sum_dim(1).into_data()
+    };
+    assert_same_data(&plain, &program(&device), "default config");
+
+    let after = Spill::stats(&device);
+    assert_eq!(after.device_to_host, before.device_to_host);
+    assert_eq!(after.host_to_device, before.host_to_device);
+    assert_eq!(after.host_to_disk, before.host_to_disk);
+    assert_eq!(after.disk_to_device, before.disk_to_device);
+    assert_eq!(after.over_budget_ops, before.over_budget_ops);
+    assert_eq!(after.disk_write_errors, before.disk_write_errors);
+    assert_eq!((after.resident.host, after.resident.disk), (0, 0));
+    assert_eq!(Spill::spill_file(&device), file_before, "no disk tier made");
+    let len_after = file_before.as_ref().map(|f| std::fs::metadata(f).map(|m| m.len()).ok());
+    assert_eq!(len_after, len_before, "nothing written");
+}

@@ -1,0 +1,163 @@
+//! Real training under a device budget of 30% of the plain peak: a small CNN and a small
+//! Transformer, 5 Adam steps each, bit-identical to plain Flex, with the device peak held to the
+//! budget except for ops that alone need more than it (counted and bounded).
+
+#[path = "../examples/common/small_models.rs"]
+mod small_models;
+
+use std::sync::{Mutex, MutexGuard};
+
+use burn::backend::{Autodiff, Flex};
+use burn::tensor::TensorData;
+use burn_spill::{SpillBackend, SpillConfig, SpillStats};
+use small_models::*;
+
+type Plain = Autodiff<Flex>;
+type Spilled = Autodiff<SpillBackend<Flex>>;
+
+/// The device's configuration and Flex's random generator are process-wide.
+static DEVICE: Mutex<()> = Mutex::new(());
+
+/// Holds the device and puts it back to unlimited when the test ends, even by a panic.
+struct Exclusive(#[allow(dead_code)] MutexGuard<'static, ()>);
+
+impl Exclusive {
+    fn take() -> Self {
+        let guard = DEVICE.lock().unwrap_or_else(|e| e.into_inner());
+        SpillBackend::<Flex>::configure(&Default::default(), SpillConfig::default()).unwrap();
+        Self(guard)
+    }
+}
+
+impl Drop for Exclusive {
+    fn drop(&mut self) {
+        let _ = SpillBackend::<Flex>::configure(&Default::default(), SpillConfig::default());
+    }
+}
+
+fn assert_identical(plain: &TrainRun, spilled: &TrainRun) {
+    let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+    assert_eq!(bits(&plain.losses), bits(&spilled.losses), "losses differ");
+    assert_eq!(plain.parameters.len(), spilled.parameters.len());
+    for (i, (p, s)) in plain.parameters.iter().zip(&spilled.parameters).enumerate() {
+        let same = |a: &TensorData, b: &TensorData| {
+            a.dtype == b.dtype && a.shape == b.shape && a.as_bytes() == b.as_bytes()
+        };
+        assert!(same(p, s), "parameter {i} differs");
+    }
+}
+
+type Trainer = fn(&burn::tensor::Device<Flex>, usize, usize, &mut dyn FnMut(usize)) -> TrainRun;
+
+fn cnn<B: burn::tensor::backend::AutodiffBackend>(
+    device: &B::Device,
+    steps: usize,
+    batch: usize,
+    after: &mut dyn FnMut(usize),
+) -> TrainRun {
+    train_cnn_observed::<B>(device, steps, batch, after)
+}
+
+fn gpt<B: burn::tensor::backend::AutodiffBackend>(
+    device: &B::Device,
+    steps: usize,
+    batch: usize,
+    after: &mut dyn FnMut(usize),
+) -> TrainRun {
+    train_gpt_observed::<B>(device, steps, batch, after)
+}
+
+/// Trains plain, measures the spilled run's unlimited device peak, then trains at 30% of it
+/// (host tier unlimited, or capped at `host_limit`) and checks results and the peak.
+fn at_30_percent(plain: Trainer, spilled: Trainer, batch: usize, host_limit: Option<u64>) -> SpillStats {
+    let _device = Exclusive::take();
+    let device = Default::default();
+    let reference = plain(&device, 5, batch, &mut |_| {});
+
+    SpillBackend::<Flex>::configure(&device, SpillConfig::default()).unwrap();
+    let unlimited = spilled(&device, 5, batch, &mut |_| {});
+    assert_identical(&reference, &unlimited);
+    let plain_peak = SpillBackend::<Flex>::stats(&device).peak.device;
+    let budget = plain_peak * 3 / 10;
+
+    let mut config = SpillConfig::default().device_budget_bytes(budget);
+    if let Some(limit) = host_limit {
+        config = config.host_limit_bytes(limit);
+    }
+    SpillBackend::<Flex>::configure(&device, config).unwrap();
+    let before = SpillBackend::<Flex>::stats(&device);
+    let mut after_warmup = None;
+    let run = spilled(&device, 5, batch, &mut |step| {
+        if step == 0 {
+            // The first step teaches the engine each op's output size; measure the rest.
+            SpillBackend::<Flex>::reset_peaks(&device);
+            after_warmup = Some(SpillBackend::<Flex>::stats(&device));
+        }
+    });
+    let stats = SpillBackend::<Flex>::stats(&device);
+    let warm = after_warmup.expect("the first step ran");
+    eprintln!(
+        "plain peak {plain_peak} B, budget {budget} B, spilled peak {} B, over-budget ops {} (largest {} B), unevictable now {} B, \
+         estimate misses {} (after warm-up {}), moved d->h {} / h->d {} / h->disk {} / disk->d {}",
+        stats.peak.device,
+        stats.over_budget_ops - before.over_budget_ops,
+        stats.largest_over_budget_op_bytes,
+        stats.unevictable_device_bytes,
+        stats.estimate_misses - before.estimate_misses,
+        stats.estimate_misses - warm.estimate_misses,
+        stats.device_to_host.count - before.device_to_host.count,
+        stats.host_to_device.count - before.host_to_device.count,
+        stats.host_to_disk.count - before.host_to_disk.count,
+        stats.disk_to_device.count - before.disk_to_device.count,
+    );
+
+    assert_identical(&reference, &run);
+    assert!(stats.device_to_host.count > before.device_to_host.count, "nothing was spilled");
+    assert!(stats.host_to_device.count + stats.disk_to_device.count
+        > before.host_to_device.count + before.disk_to_device.count, "nothing was restored");
+    assert_eq!(
+        stats.estimate_misses, warm.estimate_misses,
+        "after the warm-up step every op's output size is known"
+    );
+    let allowed = budget.max(stats.largest_over_budget_op_bytes);
+    assert!(
+        stats.peak.device <= allowed,
+        "device peak {} above the budget {budget} and above the largest over-budget op ({} B)",
+        stats.peak.device,
+        stats.largest_over_budget_op_bytes
+    );
+    stats
+}
+
+#[test]
+fn cnn_trains_identically_at_30_percent_of_its_peak() {
+    at_30_percent(cnn::<Plain>, cnn::<Spilled>, 8, None);
+}
+
+#[test]
+fn transformer_trains_identically_at_30_percent_of_its_peak() {
+    at_30_percent(gpt::<Plain>, gpt::<Spilled>, 4, None);
+}
+
+#[test]
+fn cnn_trains_identically_with_the_host_tier_capped_to_disk() {
+    let stats = at_30_percent(cnn::<Plain>, cnn::<Spilled>, 8, Some(16 << 10));
+    assert!(stats.host_to_disk.count > 0 && stats.disk_to_device.count > 0);
+    assert_eq!(stats.disk_write_errors, 0);
+}
+
+#[test]
+fn ledger_is_empty_after_a_budgeted_run() {
+    let _device = Exclusive::take();
+    let device = Default::default();
+    SpillBackend::<Flex>::configure(&device, SpillConfig::default().device_budget_bytes(0).host_limit_bytes(0))
+        .unwrap();
+    let run = cnn::<Spilled>(&device, 2, 4, &mut |_| {});
+    drop(run);
+    let live = SpillBackend::<Flex>::live(&device);
+    let stats = SpillBackend::<Flex>::stats(&device);
+    assert_eq!((live.tensors, live.bytes), (0, 0));
+    assert_eq!((stats.resident.device, stats.resident.host, stats.resident.disk), (0, 0, 0));
+    let file = SpillBackend::<Flex>::spill_file(&device).expect("a disk tier");
+    assert_eq!(std::fs::metadata(file).unwrap().len(), 0, "every record was freed");
+}
