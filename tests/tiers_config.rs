@@ -206,11 +206,10 @@ fn bad_env_values_name_variable_value_and_accepted() {
 fn default_config_moves_nothing() {
     let _serial = serial();
     let device = dev();
-    // Another test of this binary may have made a disk tier earlier (a default config does not
-    // remove one); what matters is that nothing moves and nothing is written.
-    let file_before = Spill::spill_file(&device);
-    let len_before = file_before.as_ref().map(|f| std::fs::metadata(f).map(|m| m.len()).ok());
+    // Another test of this binary may have made a disk tier earlier: a default config removes
+    // it (it holds no records), and nothing moves or is written afterwards.
     Spill::configure(&device, SpillConfig::default()).unwrap();
+    assert_eq!(Spill::spill_file(&device), None, "an empty disk tier is removed");
     let before = Spill::stats(&device);
     assert_eq!((before.device_budget_bytes, before.host_limit_bytes), (None, None));
 
@@ -237,7 +236,31 @@ fn default_config_moves_nothing() {
     assert_eq!(after.over_budget_ops, before.over_budget_ops);
     assert_eq!(after.disk_write_errors, before.disk_write_errors);
     assert_eq!((after.resident.host, after.resident.disk), (0, 0));
-    assert_eq!(Spill::spill_file(&device), file_before, "no disk tier made");
-    let len_after = file_before.as_ref().map(|f| std::fs::metadata(f).map(|m| m.len()).ok());
-    assert_eq!(len_after, len_before, "nothing written");
+    assert_eq!(Spill::spill_file(&device), None, "no disk tier made");
+}
+
+#[test]
+fn unlimited_again_while_records_are_on_disk_in_a_custom_dir() {
+    let _serial = serial();
+    let device = dev();
+    let tmp = tempfile::tempdir().unwrap();
+    Spill::configure(
+        &device,
+        SpillConfig::default().device_budget_bytes(0).host_limit_bytes(0).spill_dir(tmp.path()),
+    )
+    .unwrap();
+    let t = input::<Spill>(3, 4, 4, &device);
+    let _ = t.clone() + 1.0;
+    assert_eq!(t.clone().into_primitive().tensor().residency(), burn_spill::Tier::Disk);
+    // Turning the budget off must work although a record sits in the custom directory...
+    Spill::configure(&device, SpillConfig::default()).unwrap();
+    assert_eq!(Spill::stats(&device).device_budget_bytes, None);
+    // ...and the record stays readable until the tensor comes back.
+    let file = Spill::spill_file(&device).expect("the store stays while it holds a record");
+    assert!(file.starts_with(tmp.path()));
+    let plain = input::<Plain>(3, 4, 4, &Default::default());
+    assert_same_data(&plain.into_data(), &t.into_data(), "restored after unconfigure");
+    Spill::configure(&device, SpillConfig::default()).unwrap();
+    assert_eq!(Spill::spill_file(&device), None, "the emptied store is removed");
+    assert!(!file.exists());
 }

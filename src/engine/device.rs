@@ -125,23 +125,27 @@ impl DeviceEngine {
         {
             let mut disk = lock(&self.disk);
             let base = spill_base.map_or_else(std::env::temp_dir, Path::to_path_buf);
-            let keep = matches!(&*disk, Some((current, _)) if *current == base);
-            if let Some((_, store)) = disk.as_ref()
-                && !keep
-                && store.records() > 0
-            {
-                return Err(SpillError::SpillDirInUse {
-                    current: store.dir().to_path_buf(),
-                    requested: base,
-                    records: store.records(),
-                });
-            }
-            if wants_disk && !keep {
+            let records = disk.as_ref().map_or(0, |(_, store)| store.records());
+            let same_base = matches!(&*disk, Some((current, _)) if *current == base);
+            if wants_disk && !same_base {
+                if let Some((_, store)) = disk.as_ref()
+                    && records > 0
+                {
+                    return Err(SpillError::SpillDirInUse {
+                        current: store.dir().to_path_buf(),
+                        requested: base,
+                        records,
+                    });
+                }
                 let store = DiskStore::create(&base).map_err(|source| SpillError::SpillDir {
                     path: base.clone(),
                     source,
                 })?;
                 *disk = Some((base, store));
+            } else if !wants_disk && records == 0 {
+                // No disk tier any more: remove the old directory now. One that still holds
+                // records stays until they are restored or dropped.
+                *disk = None;
             }
         }
         self.tracking.store(limits.budget.is_some(), Ordering::Relaxed);
