@@ -29,7 +29,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use burn::backend::Flex;
-use burn::tensor::{Tensor, TensorData};
+use burn::tensor::{DType, Tensor, TensorData};
 use burn_spill::{MoveStats, SpillBackend, SpillConfig, Tier};
 use criterion::{BenchmarkId, Criterion, Throughput};
 
@@ -53,9 +53,11 @@ fn tier(t: &Tensor<Spill, 1>) -> Tier {
 
 /// One use of the tensor: the op must restore its input; its output is one element, so almost
 /// all bytes moved are the input's. With budget 0 the settle after the op spills the input again
-/// (and the 4-byte output, which is dropped right away).
+/// (and the 4-byte output, which is dropped right away). On Flex the output is a view of the
+/// input's buffer, so the input's buffer is shared when it is spilled, as it is for any tensor
+/// that has views.
 fn use_once(t: &Tensor<Spill, 1>) {
-    drop(black_box(t.clone().slice([0..1])));
+    drop(black_box(t.clone().slice(0..1)));
 }
 
 /// The baseline for device <-> host moves: `to_vec` and drop.
@@ -164,7 +166,13 @@ impl Samples {
         self.ratio.push(engine_bps / baseline_bps);
     }
 
-    fn row(self, tier: &'static str, direction: &'static str, mib: usize, baseline: &'static str) -> Row {
+    fn row(
+        self,
+        tier: &'static str,
+        direction: &'static str,
+        mib: usize,
+        baseline: &'static str,
+    ) -> Row {
         Row {
             tier,
             direction,
@@ -178,7 +186,9 @@ impl Samples {
 }
 
 fn configure(base: &Path, host_limit: Option<u64>) {
-    let config = SpillConfig::default().device_budget_bytes(0).spill_dir(base);
+    let config = SpillConfig::default()
+        .device_budget_bytes(0)
+        .spill_dir(base);
     let config = match host_limit {
         Some(limit) => config.host_limit_bytes(limit),
         None => config.unlimited_host(),
@@ -187,14 +197,24 @@ fn configure(base: &Path, host_limit: Option<u64>) {
 }
 
 /// Host tier: device -> host and host -> device against `to_vec`, paired per round.
-fn paired_host(mib: usize, t: &Tensor<Spill, 1>, src: &[u8], warmup: usize, rounds: usize) -> [Row; 2] {
+fn paired_host(
+    mib: usize,
+    t: &Tensor<Spill, 1>,
+    src: &[u8],
+    warmup: usize,
+    rounds: usize,
+) -> [Row; 2] {
     let (mut spill, mut restore) = (Samples::default(), Samples::default());
     for round in 0..warmup + rounds {
         let engine = || {
             let before = stats();
             use_once(t);
             let after = stats();
-            assert_eq!(tier(t), Tier::Host, "the tensor is spilled to host again after each use");
+            assert_eq!(
+                tier(t),
+                Tier::Host,
+                "the tensor is spilled to host again after each use"
+            );
             (
                 delta(&before.device_to_host, &after.device_to_host),
                 delta(&before.host_to_device, &after.host_to_device),
@@ -236,7 +256,11 @@ fn paired_disk(
             let before = stats();
             use_once(t);
             let after = stats();
-            assert_eq!(tier(t), Tier::Disk, "the tensor is spilled to disk again after each use");
+            assert_eq!(
+                tier(t),
+                Tier::Disk,
+                "the tensor is spilled to disk again after each use"
+            );
             (
                 delta(&before.host_to_disk, &after.host_to_disk),
                 delta(&before.disk_to_device, &after.disk_to_device),
@@ -265,6 +289,89 @@ fn paired_disk(
         spill.row("disk", "spill host->disk", mib, "file write"),
         restore.row("disk", "restore disk->device", mib, "file read"),
     ]
+}
+
+/// The steps the engine's moves are made of on Flex, each timed alone (median GB/s over `reps`),
+/// to tell where a direction that misses its target loses its time.
+fn breakdown(mib: usize, src: &[u8], reps: usize) -> Vec<(usize, &'static str, f64)> {
+    let bytes = src.len();
+    let n = bytes / 4;
+    let plain = Tensor::<Flex, 1>::from_data(
+        TensorData::from_bytes_vec(src.to_vec(), [n], DType::F32),
+        &Default::default(),
+    );
+    let time = |f: &mut dyn FnMut() -> Duration| {
+        median((0..reps).map(|_| throughput(bytes as u64, f())).collect())
+    };
+    let mut rows = vec![(
+        mib,
+        "to_vec + drop (the host baseline)",
+        time(&mut || memcpy_fresh(src)),
+    )];
+    rows.push((
+        mib,
+        "Flex into_data, buffer shared (eviction reads a clone)",
+        time(&mut || {
+            let shared = plain.clone();
+            let start = Instant::now();
+            let data = black_box(shared.into_data());
+            let took = start.elapsed();
+            drop(data);
+            took
+        }),
+    ));
+    rows.push((
+        mib,
+        "Flex into_data, buffer unique (zero-copy path)",
+        time(&mut || {
+            let unique = Tensor::<Flex, 1>::from_data(
+                TensorData::from_bytes_vec(src.to_vec(), [n], DType::F32),
+                &Default::default(),
+            );
+            let start = Instant::now();
+            let data = black_box(unique.into_data());
+            let took = start.elapsed();
+            drop(data);
+            took
+        }),
+    ));
+    rows.push((
+        mib,
+        "TensorData::from_bytes_vec(Vec<u8>) (realigning copy)",
+        time(&mut || {
+            let v = src.to_vec();
+            let start = Instant::now();
+            let data = black_box(TensorData::from_bytes_vec(v, [n], DType::F32));
+            let took = start.elapsed();
+            drop(data);
+            took
+        }),
+    ));
+    rows.push((
+        mib,
+        "crc32fast::hash",
+        time(&mut || {
+            let start = Instant::now();
+            black_box(crc32fast::hash(black_box(src)));
+            start.elapsed()
+        }),
+    ));
+    rows.push((
+        mib,
+        "vec![0u8; n] + drop (fresh read buffer)",
+        time(&mut || {
+            let start = Instant::now();
+            let mut v = vec![0u8; bytes];
+            // Touch every page, as a read into it does.
+            for i in (0..bytes).step_by(4096) {
+                v[i] = 1;
+            }
+            black_box(&v);
+            drop(v);
+            start.elapsed()
+        }),
+    ));
+    rows
 }
 
 /// Reads criterion's point estimate (mean, ns) of one benchmark from this run's output.
@@ -296,6 +403,7 @@ fn main() {
     .expect("a temp directory for the spill file and the baseline file");
     let mut rows = Vec::new();
     let mut prealloc = Vec::new();
+    let mut steps = Vec::new();
 
     // Host tier: budget 0, host unlimited. The tensor is spilled to host right after the op that
     // creates it; each use restores it and spills it again.
@@ -303,13 +411,18 @@ fn main() {
     for mib in SIZES_MIB {
         let bytes = mib * MIB;
         let (t, src) = tensor_and_bytes(bytes);
-        assert_eq!(tier(&t), Tier::Host, "budget 0 spills the new tensor to host");
+        assert_eq!(
+            tier(&t),
+            Tier::Host,
+            "budget 0 spills the new tensor to host"
+        );
         let mut dst = vec![0u8; bytes];
         memcpy_prealloc(&src, &mut dst);
         let samples = (0..if test_mode { 1 } else { 15 })
             .map(|_| throughput(bytes as u64, memcpy_prealloc(&src, &mut dst)))
             .collect();
         prealloc.push((mib, median(samples)));
+        steps.extend(breakdown(mib, &src, if test_mode { 1 } else { 9 }));
         rows.extend(paired_host(mib, &t, &src, warmup, rounds));
 
         let mut group = c.benchmark_group("host_roundtrip");
@@ -333,7 +446,11 @@ fn main() {
     for mib in SIZES_MIB {
         let bytes = mib * MIB;
         let (t, src) = tensor_and_bytes(bytes);
-        assert_eq!(tier(&t), Tier::Disk, "host limit 0 sends the spilled tensor to disk");
+        assert_eq!(
+            tier(&t),
+            Tier::Disk,
+            "host limit 0 sends the spilled tensor to disk"
+        );
         rows.extend(paired_disk(mib, &t, &src, &mut file, warmup, rounds));
 
         let mut group = c.benchmark_group("disk_roundtrip");
@@ -342,25 +459,33 @@ fn main() {
             b.iter(|| use_once(&t))
         });
         // The same work done plainly: copy off the "device", write, read back.
-        group.bench_function(BenchmarkId::new("copy_write_read", format!("{mib}MiB")), |b| {
-            b.iter(|| {
-                memcpy_fresh(&src);
-                file.write(&src);
-                file.read(bytes).1
-            })
-        });
+        group.bench_function(
+            BenchmarkId::new("copy_write_read", format!("{mib}MiB")),
+            |b| {
+                b.iter(|| {
+                    memcpy_fresh(&src);
+                    file.write(&src);
+                    file.read(bytes).1
+                })
+            },
+        );
         group.finish();
     }
     c.final_summary();
     // Back to unlimited so that the spill directory may go.
     Spill::configure(&Default::default(), SpillConfig::default()).expect("unconfigure");
 
-    println!("\nTier throughput, SpillBackend<Flex>, f32 tensors; spill dir and baseline file in {}", base.path().display());
+    println!(
+        "\nTier throughput, SpillBackend<Flex>, f32 tensors; spill dir and baseline file in {}",
+        base.path().display()
+    );
     println!(
         "engine = SpillStats per-direction bytes / time (the engine's own timing of each move); \
          baseline timed in the same round; median over {rounds} rounds; GB/s = 1e9 bytes/s.\n"
     );
-    println!("| tier | direction | size | engine (GB/s) | baseline | baseline (GB/s) | ratio spill/baseline | >= 0.8 |");
+    println!(
+        "| tier | direction | size | engine (GB/s) | baseline | baseline (GB/s) | ratio spill/baseline | >= 0.8 |"
+    );
     println!("|---|---|---:|---:|---|---:|---:|---|");
     for r in &rows {
         println!(
@@ -375,15 +500,31 @@ fn main() {
             if r.ratio >= 0.8 { "yes" } else { "NO" }
         );
     }
+    println!(
+        "\nWhere the time goes: the steps of the moves, each timed alone on plain buffers (median GB/s)\n"
+    );
+    println!("| step | size | GB/s |");
+    println!("|---|---:|---:|");
     for (mib, bps) in prealloc {
-        println!("\ncontext: copy_from_slice into a preallocated buffer, {mib} MiB: {} GB/s", gbps(bps));
+        println!(
+            "| copy_from_slice into a preallocated buffer (bandwidth ceiling) | {mib} MiB | {} |",
+            gbps(bps)
+        );
+    }
+    for (mib, step, bps) in steps {
+        println!("| {step} | {mib} MiB | {} |", gbps(bps));
     }
 
     if !test_mode {
-        println!("\nEnd to end (criterion means): one use = restore + op + re-evict, against the same bytes moved plainly");
+        println!(
+            "\nEnd to end (criterion means): one use = restore + op + re-evict, against the same bytes moved plainly"
+        );
         println!("\n| group | size | spill (ms) | plain (ms) | plain | ratio plain/spill |");
         println!("|---|---:|---:|---:|---|---:|");
-        for (group, plain) in [("host_roundtrip", "memcpy_x2"), ("disk_roundtrip", "copy_write_read")] {
+        for (group, plain) in [
+            ("host_roundtrip", "memcpy_x2"),
+            ("disk_roundtrip", "copy_write_read"),
+        ] {
             for mib in SIZES_MIB {
                 if let (Some(spill), Some(base)) = (
                     mean_ns(&format!("{group}/spill/{mib}MiB")),

@@ -20,7 +20,7 @@ use std::sync::{Mutex, MutexGuard};
 
 use burn::backend::Autodiff;
 use burn::tensor::backend::{AutodiffBackend, Backend};
-use burn::tensor::{Bool, DType, FloatDType, Int, IntDType, Tensor, TensorData};
+use burn::tensor::{Bool, DType, FloatDType, Int, IntDType, Tensor, TensorData, Transaction};
 use burn_spill::SpillConfig;
 use common::{Plain, Spill, assert_same_data};
 use proptest::prelude::*;
@@ -130,6 +130,17 @@ enum Inst {
     CloneMutate { a: u8, b: u8 },
     Drop { a: u8 },
     Read { a: u8, keep: bool },
+    /// Moves a register to another thread and drops it there.
+    DropOnThread { a: u8 },
+    /// Reads up to three registers in one `Transaction`.
+    ReadMany { a: u8, b: u8, c: u8 },
+    /// `max_dim_with_indices`: an op with a float and an int output.
+    MaxWithIndices { a: u8, dim: u8 },
+    /// Concatenates a register with a partner of the same kind, dtype and shape.
+    Cat { a: u8, b: u8, dim: u8 },
+    /// Reconfigures the device mid-program (`None` = unlimited), with tensors on every tier.
+    /// Only in the mixed-tiers property; a no-op for plain Flex.
+    Reconfigure { budget: Option<u16>, host: Option<u16> },
 }
 
 fn ty() -> impl Strategy<Value = Ty> {
@@ -167,7 +178,22 @@ fn inst() -> impl Strategy<Value = Inst> {
         2 => (r(), r()).prop_map(|(a, b)| Inst::CloneMutate { a, b }),
         1 => r().prop_map(|a| Inst::Drop { a }),
         2 => (r(), any::<bool>()).prop_map(|(a, keep)| Inst::Read { a, keep }),
+        1 => r().prop_map(|a| Inst::DropOnThread { a }),
+        1 => (r(), r(), r()).prop_map(|(a, b, c)| Inst::ReadMany { a, b, c }),
+        1 => (r(), r()).prop_map(|(a, dim)| Inst::MaxWithIndices { a, dim }),
+        1 => (r(), r(), r()).prop_map(|(a, b, dim)| Inst::Cat { a, b, dim }),
     ]
+}
+
+/// A program with reconfigurations in it.
+fn program_with_reconfigure(max_len: usize) -> impl Strategy<Value = Vec<Inst>> {
+    let small = || prop_oneof![1 => Just(None), 3 => (0u16..1024).prop_map(Some)];
+    let reconfigure = (small(), small()).prop_map(|(budget, host)| Inst::Reconfigure { budget, host });
+    let step = prop_oneof![12 => inst(), 1 => reconfigure];
+    (program(2), proptest::collection::vec(step, 1..max_len)).prop_map(|(mut a, b)| {
+        a.extend(b);
+        a
+    })
 }
 
 /// A program: a few creations first (so budget 0 always has something to spill), then random
@@ -279,11 +305,11 @@ fn clamp_int<B: Backend>(t: Tensor<B, 3, Int>) -> Tensor<B, 3, Int> {
 fn factorizations(n: usize) -> Vec<[usize; 3]> {
     let mut out = Vec::new();
     for d0 in 1..=n {
-        if n % d0 != 0 {
+        if !n.is_multiple_of(d0) {
             continue;
         }
         for d1 in 1..=n / d0 {
-            if (n / d0) % d1 == 0 {
+            if (n / d0).is_multiple_of(d1) {
                 out.push([d0, d1, n / d0 / d1]);
             }
         }
@@ -415,7 +441,7 @@ impl<B: Backend> Machine<B> {
                         ))
                     }
                     Ty::Bool => {
-                        let values: Vec<bool> = (0..n).map(|_| rng.next() % 2 == 0).collect();
+                        let values: Vec<bool> = (0..n).map(|_| rng.next().is_multiple_of(2)).collect();
                         Reg::B(Tensor::<B, 3, Bool>::from_data(TensorData::new(values, shape), &dev))
                     }
                 };
@@ -710,6 +736,77 @@ impl<B: Backend> Machine<B> {
                 self.out.data.push(data);
                 if keep { "read" } else { "read and drop" }
             }
+            Inst::DropOnThread { .. }
+            | Inst::ReadMany { .. }
+            | Inst::MaxWithIndices { .. }
+            | Inst::Cat { .. } => self.step_more(inst),
+            Inst::Reconfigure { budget, host } => {
+                let config = match budget {
+                    Some(b) => SpillConfig::default().device_budget_bytes(b as u64),
+                    None => SpillConfig::default(),
+                };
+                let config = match host {
+                    Some(h) => config.host_limit_bytes(h as u64),
+                    None => config.unlimited_host(),
+                };
+                Spill::configure(&Default::default(), config).unwrap();
+                "reconfigure"
+            }
+        }
+    }
+
+    /// The new instructions: threads, transactions, two outputs, many inputs.
+    fn step_more(&mut self, inst: &Inst) -> &'static str {
+        match *inst {
+            Inst::DropOnThread { a } => {
+                if self.regs.is_empty() {
+                    return "skip";
+                }
+                let r = self.regs.remove(a as usize % self.regs.len());
+                std::thread::spawn(move || drop(r)).join().expect("drop on another thread");
+                "drop on another thread"
+            }
+            Inst::ReadMany { a, b, c } => {
+                if self.regs.is_empty() {
+                    return "skip";
+                }
+                let n = self.regs.len();
+                let mut tr = Transaction::default();
+                for i in [a, b, c] {
+                    tr = match self.regs[i as usize % n].clone() {
+                        Reg::F(t) => tr.register(t),
+                        Reg::I(t) => tr.register(t),
+                        Reg::B(t) => tr.register(t),
+                    };
+                }
+                self.out.data.extend(tr.execute());
+                "transaction"
+            }
+            Inst::MaxWithIndices { a, dim } => {
+                let Some(i) = self.find(a, |r| r.kind() == Kind::F) else { return "skip" };
+                let Reg::F(t) = self.regs[i].clone() else { unreachable!() };
+                let (values, indices) = t.max_dim_with_indices(dim as usize % 3);
+                self.push(Reg::F(values));
+                self.push(Reg::I(indices));
+                "max with indices"
+            }
+            Inst::Cat { a, b, dim } => {
+                if self.regs.is_empty() {
+                    return "skip";
+                }
+                let i = a as usize % self.regs.len();
+                let j = self.partner(i, b);
+                let d = dim as usize % 3;
+                let r = match (self.regs[i].clone(), self.regs[j].clone()) {
+                    (Reg::F(x), Reg::F(y)) => Reg::F(Tensor::cat(vec![x, y], d)),
+                    (Reg::I(x), Reg::I(y)) => Reg::I(Tensor::cat(vec![x, y], d)),
+                    (Reg::B(x), Reg::B(y)) => Reg::B(Tensor::cat(vec![x, y], d)),
+                    _ => unreachable!(),
+                };
+                self.push(r);
+                "cat"
+            }
+            _ => unreachable!("step handles the others"),
         }
     }
 
@@ -778,6 +875,17 @@ fn compare(what: &str, plain: &Outcome, spill: &Outcome) {
 /// Runs `f` on `SpillBackend<Flex>` configured with `budget` and `host`, then checks that the
 /// ledger is back to zero and that the tiers really were used.
 fn configured(budget: Option<u64>, host: Option<u64>, f: impl FnOnce() -> Outcome) -> Outcome {
+    configured_with(budget, host, true, f)
+}
+
+/// `configured`; `moves` = false skips the checks of what moved, for programs that reconfigure
+/// the device themselves.
+fn configured_with(
+    budget: Option<u64>,
+    host: Option<u64>,
+    moves: bool,
+    f: impl FnOnce() -> Outcome,
+) -> Outcome {
     let dev = Default::default();
     let config = match budget {
         Some(b) => SpillConfig::default().device_budget_bytes(b),
@@ -804,6 +912,9 @@ fn configured(budget: Option<u64>, host: Option<u64>, f: impl FnOnce() -> Outcom
     let moved = |s: &burn_spill::SpillStats| {
         (s.device_to_host.count, s.host_to_device.count, s.host_to_disk.count, s.disk_to_device.count)
     };
+    if !moves {
+        return out;
+    }
     match (budget, host) {
         (None, _) => assert_eq!(moved(&before), moved(&after), "{what}: something moved"),
         (Some(0), _) => {
@@ -848,6 +959,22 @@ fn check_program(program: &[Inst]) {
     }
 }
 
+/// One run under a budget and host limit of the generator's choice (both small, so the host
+/// tier fills and overflows to disk while other tensors sit on the host).
+fn check_program_mixed_tiers(program: &[Inst], budget: u64, host: u64, grad: bool) {
+    let _device = Exclusive::take();
+    let what = format!("budget {budget}, host limit {host}, autodiff {grad}");
+    if grad {
+        let plain = run_grad::<Autodiff<Plain>>(program);
+        let spill = configured_with(Some(budget), Some(host), false, || run_grad::<Autodiff<Spill>>(program));
+        compare(&what, &plain, &spill);
+    } else {
+        let plain = run::<Plain>(program);
+        let spill = configured_with(Some(budget), Some(host), false, || run::<Spill>(program));
+        compare(&what, &plain, &spill);
+    }
+}
+
 fn check_program_grad(program: &[Inst]) {
     let _device = Exclusive::take();
     let plain = run_grad::<Autodiff<Plain>>(program);
@@ -859,10 +986,10 @@ fn check_program_grad(program: &[Inst]) {
     }
 }
 
-/// Cases per property: 64 by default (a few seconds in debug); `TIERS_PROGRAMS_CASES=5000` for a
+/// Cases per property: 128 by default (about five seconds in debug); `TIERS_PROGRAMS_CASES=5000` for a
 /// long hunt.
 fn cases() -> u32 {
-    std::env::var("TIERS_PROGRAMS_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(64)
+    std::env::var("TIERS_PROGRAMS_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(128)
 }
 
 proptest! {
@@ -881,6 +1008,16 @@ proptest! {
     #[test]
     fn random_programs_under_autodiff_give_the_same_gradients(program in program(40)) {
         check_program_grad(&program);
+    }
+
+    #[test]
+    fn random_programs_with_host_and_disk_both_in_use(
+        program in program_with_reconfigure(60),
+        budget in 0u64..1024,
+        host in 0u64..512,
+        grad in any::<bool>(),
+    ) {
+        check_program_mixed_tiers(&program, budget, host, grad);
     }
 }
 
@@ -918,6 +1055,10 @@ fn a_program_with_every_instruction() {
         Inst::Read { a: 3, keep: true },
         Inst::Read { a: 4, keep: false },
         Inst::Drop { a: 1 },
+        Inst::DropOnThread { a: 2 },
+        Inst::ReadMany { a: 0, b: 3, c: 5 },
+        Inst::MaxWithIndices { a: 1, dim: 1 },
+        Inst::Cat { a: 0, b: 0, dim: 0 },
     ];
     check_program(&program);
     check_program_grad(&program);

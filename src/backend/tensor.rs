@@ -156,7 +156,7 @@ impl<B: Backend> Handle<B> {
             state,
             self.info(&meta),
             |host| self.upload(host),
-            |bytes| HostTensor::from_disk(bytes, self.shape.clone(), self.dtype),
+            |len| HostTensor::zeroed(len, self.shape.clone(), self.dtype),
         )
     }
 
@@ -215,7 +215,7 @@ impl<B: Backend> Spillable for Handle<B> {
     fn evict_to_host(&self, engine: &DeviceEngine) -> bool {
         let Some(mut state) = self.try_lock() else { return false };
         engine.evict_slot(&mut state, self.info(""), |primitive| {
-            read_to_host::<B>(primitive.clone(), self.dtype, &self.shape)
+            read_to_host::<B>(primitive, self.dtype, &self.shape)
         })
     }
 

@@ -453,18 +453,19 @@ impl DeviceEngine {
         }
     }
 
-    /// Host or disk to device. `upload` makes the device payload from a host buffer and
-    /// `from_vec` a host buffer from bytes read off disk. Returns whether anything moved.
+    /// Host or disk to device. `upload` makes the device payload from a host buffer and `alloc`
+    /// an empty host buffer of a given length for a record to be read into. Returns whether
+    /// anything moved.
     ///
     /// # Panics
     /// When a spill record cannot be read or fails its checksum: the panic names the tensor id,
     /// the file and the offset. The record is kept, so nothing is overwritten.
-    pub fn restore_slot<D, H>(
+    pub fn restore_slot<D, H: AsMut<[u8]>>(
         &self,
         slot: &mut Residency<D, H>,
         info: SlotInfo<'_>,
         upload: impl FnOnce(H) -> D,
-        from_vec: impl FnOnce(Vec<u8>) -> H,
+        alloc: impl FnOnce(usize) -> H,
     ) -> bool {
         let start = Instant::now();
         match std::mem::replace(slot, Residency::Taken) {
@@ -474,16 +475,14 @@ impl DeviceEngine {
                 true
             }
             Residency::Disk(record) => {
-                let bytes = {
+                let mut host = alloc(record.payload_len as usize);
+                {
                     let mut disk = lock(&self.disk);
                     let (_, store) = disk.as_mut().unwrap_or_else(|| {
                         panic!("burn-spill: tensor {} is on disk but the device has no spill file; this is a bug", info.id)
                     });
-                    match store.read(&record, info.id, info.meta) {
-                        Ok(bytes) => {
-                            store.free(&record);
-                            bytes
-                        }
+                    match store.read_into(&record, info.id, info.meta, host.as_mut()) {
+                        Ok(()) => store.free(&record),
                         Err(error) => {
                             let file = store.file_path().display().to_string();
                             let offset = record.offset;
@@ -495,8 +494,8 @@ impl DeviceEngine {
                             );
                         }
                     }
-                };
-                *slot = Residency::Device(upload(from_vec(bytes)));
+                }
+                *slot = Residency::Device(upload(host));
                 self.moved(Direction::DiskToDevice, info, start);
                 true
             }

@@ -160,7 +160,22 @@ impl DiskStore {
 
     /// Reads a record back, checking that it is the record of `id` with description `meta` and
     /// that the payload's CRC32 matches what was written.
+    #[cfg(test)]
     pub fn read(&self, record: &DiskRecord, id: TensorId, meta: &[u8]) -> Result<Vec<u8>, DiskReadError> {
+        let mut payload = vec![0u8; record.payload_len as usize];
+        self.read_into(record, id, meta, &mut payload)?;
+        Ok(payload)
+    }
+
+    /// [`read`](Self::read) into a buffer of exactly the payload's length, so the caller can
+    /// read straight into memory with the alignment it needs.
+    pub fn read_into(
+        &self,
+        record: &DiskRecord,
+        id: TensorId,
+        meta: &[u8],
+        payload: &mut [u8],
+    ) -> Result<(), DiskReadError> {
         let head_len = HEADER_LEN as usize + meta.len();
         let mut head = vec![0u8; head_len];
         read_exact_at(&self.file, &mut head, record.offset)?;
@@ -183,16 +198,22 @@ impl DiskStore {
         if u64_at(20) != record.payload_len || u32_at(28) != record.crc {
             return corrupt("length or checksum in the header differs from what was written".into());
         }
-        let mut payload = vec![0u8; record.payload_len as usize];
-        read_exact_at(&self.file, &mut payload, record.offset + head_len as u64)?;
-        let crc = crc32fast::hash(&payload);
+        if payload.len() as u64 != record.payload_len {
+            return corrupt(format!(
+                "the tensor needs {} bytes, the record holds {}",
+                payload.len(),
+                record.payload_len
+            ));
+        }
+        read_exact_at(&self.file, payload, record.offset + head_len as u64)?;
+        let crc = crc32fast::hash(payload);
         if crc != record.crc {
             return corrupt(format!(
                 "payload CRC32 {crc:#010x}, expected {:#010x}",
                 record.crc
             ));
         }
-        Ok(payload)
+        Ok(())
     }
 
     /// Frees a record's extent for reuse.
