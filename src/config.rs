@@ -202,7 +202,8 @@ impl SpillConfig {
     }
 
     /// Caps the host tier; beyond it the coldest host tensors go to disk. Zero sends every spilled
-    /// tensor to disk.
+    /// tensor to disk. The cap holds between moves: an evicted tensor passes through the host on
+    /// its way to disk, so the host's peak can exceed the cap by the largest tensor.
     pub fn host_limit_bytes(mut self, bytes: u64) -> Self {
         self.host_limit_bytes = Some(bytes);
         self

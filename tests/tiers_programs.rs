@@ -5,11 +5,22 @@
 //!
 //! A program is a list of instructions over a small register file of live tensors of mixed
 //! kinds and dtypes (f32, f16, bf16; i32, i64; bool), all rank 3 so one register type holds
-//! them: `[1, 1, 4]` stands in for a vector, `[1, 3, 4]` for a matrix. Register operands are
-//! indices taken modulo the live registers and resolved against the tensors' metadata (kind,
-//! dtype, shape), so every generated program is valid; an instruction that finds no fitting
-//! operand falls back to a simpler form. Each run keeps a log of what it executed, and the logs
-//! of the two backends must agree before the data is compared.
+//! them: `[1, 1, 4]` stands in for a vector, `[1, 3, 4]` for a matrix. Instructions create from
+//! explicit data, run unary/binary/scalar math, matmul, reshape, swap dims, slice, reduce,
+//! compare, mask, cast between dtypes and kinds, argmax, concatenate, take a max with indices,
+//! clone registers (shared handles, one clone then consumed by an add), drop registers (also on
+//! another thread), and read registers (alone, consuming or not, or several in a
+//! `Transaction`). Register operands are indices taken modulo the live registers and resolved
+//! against the tensors' metadata (kind, dtype, shape), so every generated program is valid; an
+//! instruction that finds no fitting operand falls back to a simpler form. Each run keeps a log
+//! of what it executed, and the logs of the two backends must agree before the data is compared.
+//!
+//! The properties:
+//! - every program under budgets {0, 64 B, half the registers' peak bytes, unlimited} x host
+//!   limits {0, unlimited}, plus a run on the never-configured device;
+//! - the same under `Autodiff`, with the f32 creations requiring grad: loss and gradients;
+//! - one run under a small budget and small host limit drawn by the generator (host and disk
+//!   tiers both in use), with reconfigurations of the device in the middle of the program.
 //!
 //! Configuration is process-global per device, so every test holds `LOCK` for its whole run and
 //! resets the device to `SpillConfig::default()` when it ends (also when it fails).
@@ -951,6 +962,8 @@ fn check_program(program: &[Inst]) {
     let plain = run::<Plain>(program);
     let unconfigured = run::<Spill>(program);
     compare("unconfigured", &plain, &unconfigured);
+    let live = Spill::live(&Default::default());
+    assert_eq!((live.tensors, live.bytes), (0, 0), "unconfigured: tensors left alive");
     for budget in budgets(&plain) {
         for host in [UNLIMITED, Some(0)] {
             let spill = configured(budget, host, || run::<Spill>(program));

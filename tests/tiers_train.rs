@@ -161,3 +161,27 @@ fn ledger_is_empty_after_a_budgeted_run() {
     let file = SpillBackend::<Flex>::spill_file(&device).expect("a disk tier");
     assert_eq!(std::fs::metadata(file).unwrap().len(), 0, "every record was freed");
 }
+
+#[test]
+fn spilled_parameters_are_told_apart() {
+    let _device = Exclusive::take();
+    let device = Default::default();
+    SpillBackend::<Flex>::configure(&device, SpillConfig::default().device_budget_bytes(0)).unwrap();
+    let model = SmallCnn::<SpillBackend<Flex>>::new(&device);
+    let (images, _) = cnn_batch::<SpillBackend<Flex>>(2, 0, &device);
+    let _logits = model.forward(images);
+    let stats = SpillBackend::<Flex>::stats(&device);
+    let live = SpillBackend::<Flex>::live(&device);
+    assert!(live.parameter_tensors > 0, "parameters made at init are tagged");
+    assert_eq!(stats.parameter_tensors, live.parameter_tensors);
+    // Budget 0: after the forward every parameter is off the device, counted as a parameter.
+    assert_eq!(stats.parameter_resident.device, 0);
+    assert_eq!(stats.spilled_parameter_bytes, live.parameter_bytes);
+    assert_eq!(stats.parameter_resident.host, live.parameter_bytes);
+    assert!(stats.spilled_other_bytes > 0, "activations are counted apart");
+    assert_eq!(
+        stats.spilled_other_bytes + stats.spilled_parameter_bytes,
+        stats.resident.host + stats.resident.disk
+    );
+    drop(model);
+}

@@ -10,6 +10,8 @@
 //!
 //! Backends whose layout cannot be read from here (everything but Flex for now) are treated as
 //! contiguous.
+//!
+//! Unevictable tensors are counted in `SpillStats::unevictable_device_bytes`.
 
 use burn_backend::Backend;
 
@@ -27,7 +29,7 @@ pub(crate) fn round_trips_exactly<B: Backend>(primitive: &Primitive<B>) -> bool 
             Primitive::Quantized(p) => p,
         };
         if let Some(tensor) = any.downcast_ref::<burn_flex::FlexTensor>() {
-            return tensor.is_contiguous();
+            return tensor.is_contiguous() && flex_can_read(tensor);
         }
         if let Some(q) = any.downcast_ref::<burn_flex::FlexQTensor>() {
             return q.tensor().is_contiguous();
@@ -36,4 +38,18 @@ pub(crate) fn round_trips_exactly<B: Backend>(primitive: &Primitive<B>) -> bool 
     #[cfg(not(feature = "flex"))]
     let _ = primitive;
     true
+}
+
+/// Flex reads a tensor that fills its whole buffer by handing the buffer over, but copies one
+/// that starts inside it, and that copy rejects Flex32 and `Bool(U32)`. Such a view must stay
+/// where it is, so that reading it fails exactly as on plain Flex instead of succeeding from
+/// our own copy.
+#[cfg(feature = "flex")]
+fn flex_can_read(tensor: &burn_flex::FlexTensor) -> bool {
+    use burn_backend::DType;
+    use burn_std::BoolStore;
+    let dtype = tensor.dtype();
+    let whole_buffer = tensor.layout().start_offset() == 0
+        && tensor.bytes().len() == tensor.layout().num_elements() * dtype.size();
+    whole_buffer || !matches!(dtype, DType::Flex32 | DType::Bool(BoolStore::U32))
 }
