@@ -130,21 +130,31 @@ impl<B: Backend> OpScope<B> {
 
     /// Notes an output the op produced.
     pub(crate) fn output(&mut self, tensor: SpillTensor<B>) -> SpillTensor<B> {
-        if tensor.engine().is_tracking() {
-            if self.engine.is_none() {
-                self.engine = Some(tensor.engine().clone());
-            }
-            let evictable = tensor.evictable();
-            if evictable {
-                tensor.mark_indexed();
-            }
-            self.outputs.push(OpOutput {
-                id: tensor.id(),
-                bytes: tensor.bytes(),
-                evictable,
-                victim: tensor.victim(),
-            });
+        let engine = tensor.engine();
+        if !engine.is_tracking() {
+            return tensor;
         }
+        let evictable = tensor.evictable();
+        if evictable {
+            tensor.mark_indexed();
+        }
+        match &self.engine {
+            Some(own) if !Arc::ptr_eq(own, engine) => {
+                // `*_to_device`: the output lives on another device, with its own engine.
+                if evictable {
+                    engine.register(tensor.id(), tensor.bytes(), tensor.victim());
+                }
+                return tensor;
+            }
+            Some(_) => {}
+            None => self.engine = Some(engine.clone()),
+        }
+        self.outputs.push(OpOutput {
+            id: tensor.id(),
+            bytes: tensor.bytes(),
+            evictable,
+            victim: tensor.victim(),
+        });
         tensor
     }
 }

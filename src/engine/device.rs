@@ -438,8 +438,11 @@ impl DeviceEngine {
         match store.write(info.id, info.meta, host.as_ref()) {
             Ok(record) => {
                 drop(disk);
-                *slot = Residency::Disk(record);
+                let host = std::mem::replace(slot, Residency::Disk(record));
                 self.moved(Direction::HostToDisk, info, start);
+                // Freeing the host buffer is memory management, not the move: keep it out of
+                // the move's time.
+                drop(host);
                 true
             }
             Err(error) => {

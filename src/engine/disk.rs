@@ -138,18 +138,10 @@ impl DiskStore {
         let extent = HEADER_LEN + meta.len() as u64 + payload.len() as u64;
         let offset = self.allocate(extent);
         let payload_at = offset + HEADER_LEN + meta.len() as u64;
-        // Payload first, checksummed chunk by chunk; the header, which holds the checksum,
-        // goes last.
-        let mut hasher = crc32fast::Hasher::new();
-        let mut written = Ok(());
-        for (i, chunk) in payload.chunks(CHUNK).enumerate() {
-            hasher.update(chunk);
-            written = write_all_at(&self.file, chunk, payload_at + (i * CHUNK) as u64);
-            if written.is_err() {
-                break;
-            }
-        }
-        let crc = hasher.finalize();
+        // Payload first; the header, which holds the checksum, goes last.
+        let (written, crc) = checksummed(payload, |i, chunk| {
+            write_all_at(&self.file, chunk, payload_at + (i * CHUNK) as u64)
+        });
         let mut head = Vec::with_capacity(HEADER_LEN as usize + meta.len());
         head.extend_from_slice(&MAGIC);
         head.extend_from_slice(&id.to_le_bytes());
@@ -220,12 +212,10 @@ impl DiskStore {
             ));
         }
         let payload_at = record.offset + head_len as u64;
-        let mut hasher = crc32fast::Hasher::new();
-        for (i, chunk) in payload.chunks_mut(CHUNK).enumerate() {
-            read_exact_at(&self.file, chunk, payload_at + (i * CHUNK) as u64)?;
-            hasher.update(chunk);
-        }
-        let crc = hasher.finalize();
+        let (read, crc) = checksummed_mut(payload, |i, chunk| {
+            read_exact_at(&self.file, chunk, payload_at + (i * CHUNK) as u64)
+        });
+        read?;
         if crc != record.crc {
             return corrupt(format!(
                 "payload CRC32 {crc:#010x}, expected {:#010x}",
@@ -289,6 +279,73 @@ impl Drop for DiskStore {
         let _ = std::fs::remove_dir_all(&self.dir);
         unregister(&self.dir);
     }
+}
+
+/// Payloads at least this big are checksummed on a second thread while the I/O runs.
+const PARALLEL_CRC: usize = 4 << 20;
+
+/// Runs `io` over the chunks of `payload` in order (stopping at the first error) and returns
+/// its result with the CRC32 of the whole payload. Large payloads are hashed on a scoped thread
+/// beside the I/O, small ones chunk by chunk while each is still in cache.
+fn checksummed(payload: &[u8], mut io: impl FnMut(usize, &[u8]) -> io::Result<()>) -> (io::Result<()>, u32) {
+    let run = |io: &mut dyn FnMut(usize, &[u8]) -> io::Result<()>, hash: Option<&mut crc32fast::Hasher>| {
+        let mut hash = hash;
+        for (i, chunk) in payload.chunks(CHUNK).enumerate() {
+            if let Some(h) = hash.as_deref_mut() {
+                h.update(chunk);
+            }
+            io(i, chunk)?;
+        }
+        Ok(())
+    };
+    if payload.len() < PARALLEL_CRC {
+        let mut hasher = crc32fast::Hasher::new();
+        let result = run(&mut io, Some(&mut hasher));
+        return (result, hasher.finalize());
+    }
+    std::thread::scope(|scope| {
+        let crc = scope.spawn(|| crc32fast::hash(payload));
+        let result = run(&mut io, None);
+        (result, crc.join().expect("crc32fast does not panic"))
+    })
+}
+
+/// [`checksummed`] for I/O that fills `payload`: each chunk is hashed after it is filled.
+fn checksummed_mut(
+    payload: &mut [u8],
+    mut io: impl FnMut(usize, &mut [u8]) -> io::Result<()>,
+) -> (io::Result<()>, u32) {
+    if payload.len() < PARALLEL_CRC {
+        let mut hasher = crc32fast::Hasher::new();
+        for (i, chunk) in payload.chunks_mut(CHUNK).enumerate() {
+            if let Err(e) = io(i, chunk) {
+                return (Err(e), 0);
+            }
+            hasher.update(chunk);
+        }
+        return (Ok(()), hasher.finalize());
+    }
+    std::thread::scope(|scope| {
+        let (filled, to_hash) = std::sync::mpsc::channel::<&[u8]>();
+        let crc = scope.spawn(move || {
+            let mut hasher = crc32fast::Hasher::new();
+            for chunk in to_hash {
+                hasher.update(chunk);
+            }
+            hasher.finalize()
+        });
+        let mut result = Ok(());
+        for (i, chunk) in payload.chunks_mut(CHUNK).enumerate() {
+            if let Err(e) = io(i, chunk) {
+                result = Err(e);
+                break;
+            }
+            // The hashing thread only ever sees chunks that are filled and never written again.
+            let _ = filled.send(&*chunk);
+        }
+        drop(filled);
+        (result, crc.join().expect("crc32fast does not panic"))
+    })
 }
 
 fn open_private(path: &Path) -> io::Result<File> {
@@ -442,6 +499,20 @@ mod tests {
         assert_eq!(mode(store.file_path()), 0o600);
         drop(store);
         assert!(!dir.exists());
+    }
+
+    #[test]
+    fn large_records_hashed_beside_the_io_round_trip() {
+        let base = tempfile::tempdir().unwrap();
+        let mut store = DiskStore::create(base.path()).unwrap();
+        let payload: Vec<u8> = (0..PARALLEL_CRC + CHUNK + 7).map(|i| (i * 31 % 251) as u8).collect();
+        let rec = store.write(1, b"m", &payload).unwrap();
+        assert_eq!(rec.crc, crc32fast::hash(&payload));
+        assert_eq!(store.read(&rec, 1, b"m").unwrap(), payload);
+        // A flipped byte in the last chunk is caught by the parallel hash too.
+        let at = rec.offset + HEADER_LEN + 1 + payload.len() as u64 - 3;
+        write_all_at(&store.file, &[payload[payload.len() - 3] ^ 1], at).unwrap();
+        assert!(matches!(store.read(&rec, 1, b"m"), Err(DiskReadError::Corrupt(_))));
     }
 
     #[test]
