@@ -11,7 +11,8 @@ pub struct MoveStats {
     pub count: u64,
     /// How many bytes moved.
     pub bytes: u64,
-    /// Wall time spent moving them (reads, copies, writes, uploads).
+    /// Wall time spent moving them: reads, copies, checksums, writes and uploads. Freeing what
+    /// was moved from (a device tensor, a host buffer, a file extent) is not counted.
     pub time: Duration,
 }
 

@@ -417,8 +417,10 @@ impl DeviceEngine {
         let start = Instant::now();
         match read(payload) {
             Ok(host) => {
-                *slot = Residency::Host(host);
+                let device = std::mem::replace(slot, Residency::Host(host));
                 self.moved(Direction::DeviceToHost, info, start);
+                // Freeing the device tensor is not part of the move's time either.
+                drop(device);
                 true
             }
             Err(why) => {
@@ -480,26 +482,27 @@ impl DeviceEngine {
             Residency::Disk(record) => {
                 let mut host = alloc(record.payload_len as usize);
                 {
-                    let mut disk = lock(&self.disk);
-                    let (_, store) = disk.as_mut().unwrap_or_else(|| {
+                    let disk = lock(&self.disk);
+                    let (_, store) = disk.as_ref().unwrap_or_else(|| {
                         panic!("burn-spill: tensor {} is on disk but the device has no spill file; this is a bug", info.id)
                     });
-                    match store.read_into(&record, info.id, info.meta, host.as_mut()) {
-                        Ok(()) => store.free(&record),
-                        Err(error) => {
-                            let file = store.file_path().display().to_string();
-                            let offset = record.offset;
-                            drop(disk);
-                            *slot = Residency::Disk(record);
-                            panic!(
-                                "burn-spill: tensor {} cannot be restored from spill file {file} at offset {offset}: {error}",
-                                info.id
-                            );
-                        }
+                    if let Err(error) = store.read_into(&record, info.id, info.meta, host.as_mut()) {
+                        let file = store.file_path().display().to_string();
+                        let offset = record.offset;
+                        drop(disk);
+                        *slot = Residency::Disk(record);
+                        panic!(
+                            "burn-spill: tensor {} cannot be restored from spill file {file} at offset {offset}: {error}",
+                            info.id
+                        );
                     }
                 }
                 *slot = Residency::Device(upload(host));
                 self.moved(Direction::DiskToDevice, info, start);
+                // Freeing the extent (which may shrink the file) is not part of the move's time.
+                if let Some((_, store)) = lock(&self.disk).as_mut() {
+                    store.free(&record);
+                }
                 true
             }
             other => {
