@@ -6,8 +6,8 @@ use burn_std::{AllocationProperty, Bytes};
 use super::tensor::Primitive;
 
 /// One spilled tensor in host memory. The dtype travels with the bytes, so restoring never
-/// casts.
-pub(crate) struct HostTensor(TensorData);
+/// casts. Boxed, so that the residency state of every handle stays as small as the primitive.
+pub(crate) struct HostTensor(Box<TensorData>);
 
 impl HostTensor {
     /// A zeroed buffer of `len` bytes for a tensor of `shape` and `dtype`, for a spill record to
@@ -26,11 +26,11 @@ impl HostTensor {
         } else {
             Bytes::from_elems(vec![0u8; len])
         };
-        Self(TensorData::from_bytes(bytes, shape, dtype))
+        Self(Box::new(TensorData::from_bytes(bytes, shape, dtype)))
     }
 
     pub(crate) fn into_data(self) -> TensorData {
-        self.0
+        *self.0
     }
 }
 
@@ -66,7 +66,7 @@ pub(crate) fn read_to_host<B: Backend>(
     shape: &Shape,
 ) -> Result<HostTensor, String> {
     if let Some(data) = copy_flex(primitive, dtype, shape) {
-        return Ok(HostTensor(data));
+        return Ok(HostTensor(Box::new(data)));
     }
     let read = match primitive.clone() {
         Primitive::Float(p) => burn_std::future::block_on(B::float_into_data(p)),
@@ -84,7 +84,7 @@ pub(crate) fn read_to_host<B: Backend>(
     if data.bytes.property() != AllocationProperty::Native {
         data.bytes = aligned_copy(data.as_bytes());
     }
-    Ok(HostTensor(data))
+    Ok(HostTensor(Box::new(data)))
 }
 
 /// Flex's `into_data` of a tensor whose buffer is shared (as it is while the handle keeps its

@@ -358,30 +358,26 @@ impl<B: Backend> SpillTensor<B> {
     /// otherwise. A consumed handle is returned too, emptied, so that an op scope can keep its
     /// bytes counted until the op's outputs exist.
     pub(crate) fn take_primitive(self) -> (Primitive<B>, Option<RetiredHandle<B>>) {
-        match Arc::try_unwrap(self.handle) {
-            Ok(handle) => {
-                let mut state = handle.lock();
-                let moved = handle.restore_locked(&mut state);
-                let taken = match std::mem::replace(&mut *state, Residency::Taken) {
-                    Residency::Device(p) => p,
-                    _ => handle.missing(),
-                };
-                drop(state);
-                handle.after_restore(moved);
-                (taken, Some(RetiredHandle(handle)))
+        // The last strong reference cannot gain a sibling except through the engine's weak
+        // index, and an evictor that upgrades one finds the state `Taken` and lets it be. The
+        // handle stays in its `Arc`: moving it out would copy the whole struct twice per op.
+        let unique = Arc::strong_count(&self.handle) == 1;
+        let mut state = self.handle.lock();
+        let moved = self.handle.restore_locked(&mut state);
+        let primitive = if unique {
+            match std::mem::replace(&mut *state, Residency::Taken) {
+                Residency::Device(p) => p,
+                _ => self.handle.missing(),
             }
-            Err(shared) => {
-                let mut state = shared.lock();
-                let moved = shared.restore_locked(&mut state);
-                let cloned = match &*state {
-                    Residency::Device(p) => p.clone(),
-                    _ => shared.missing(),
-                };
-                drop(state);
-                shared.after_restore(moved);
-                (cloned, None)
+        } else {
+            match &*state {
+                Residency::Device(p) => p.clone(),
+                _ => self.handle.missing(),
             }
-        }
+        };
+        drop(state);
+        self.handle.after_restore(moved);
+        (primitive, unique.then(|| RetiredHandle(self.handle)))
     }
 
     /// Runs `f` on a borrowed inner primitive (for `B` methods that take `&tensor`), restoring it
@@ -497,4 +493,4 @@ impl<B: Backend> SpillTensor<B> {
 /// An emptied handle whose bytes an op consumed. Keeping it alive keeps those bytes counted on
 /// the device until the op's outputs are counted too, which is what the device really holds
 /// while the op runs.
-pub(crate) struct RetiredHandle<B: Backend>(#[allow(dead_code)] Handle<B>);
+pub(crate) struct RetiredHandle<B: Backend>(#[allow(dead_code)] Arc<Handle<B>>);

@@ -78,6 +78,14 @@ impl MoveCounter {
     }
 }
 
+/// Raises `peak` to `now` if higher. Peaks are rarely beaten, and a plain load is much cheaper
+/// than `fetch_max`'s compare-and-swap loop on every tensor creation.
+fn raise_peak(peak: &AtomicU64, now: u64) {
+    if now > peak.load(Ordering::Relaxed) {
+        peak.fetch_max(now, Ordering::Relaxed);
+    }
+}
+
 /// Lock-free counters for one device.
 ///
 /// Atomics rather than a mutex: handles are created on every op and dropped on any thread
@@ -108,7 +116,7 @@ impl Ledger {
         self.tensors.fetch_add(1, Ordering::Relaxed);
         self.created_total.fetch_add(1, Ordering::Relaxed);
         let now = self.bytes.fetch_add(bytes, Ordering::Relaxed) + bytes;
-        self.peak_bytes.fetch_max(now, Ordering::Relaxed);
+        raise_peak(&self.peak_bytes, now);
         if role == TensorRole::Parameter {
             self.parameter_tensors.fetch_add(1, Ordering::Relaxed);
             self.parameter_bytes.fetch_add(bytes, Ordering::Relaxed);
@@ -191,7 +199,7 @@ impl Ledger {
     fn add_to_tier(&self, tier: Tier, bytes: u64, role: TensorRole) {
         let i = tier.index();
         let now = self.tier[i].fetch_add(bytes, Ordering::Relaxed) + bytes;
-        self.tier_peak[i].fetch_max(now, Ordering::Relaxed);
+        raise_peak(&self.tier_peak[i], now);
         if role == TensorRole::Parameter {
             self.parameter_tier[i].fetch_add(bytes, Ordering::Relaxed);
         }
