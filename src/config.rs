@@ -328,7 +328,10 @@ impl SpillConfig {
         if self.cache_ratio > self.spill_threshold {
             return Err(SpillError::InvalidValue {
                 field: "cache_ratio",
-                value: format!("{} (above spill_threshold {})", self.cache_ratio, self.spill_threshold),
+                value: format!(
+                    "{} (above spill_threshold {})",
+                    self.cache_ratio, self.spill_threshold
+                ),
                 accepted: "a fraction no larger than spill_threshold",
             });
         }
@@ -388,8 +391,7 @@ fn rename(error: SpillError, field: &'static str) -> SpillError {
     }
 }
 
-const BUDGET_ACCEPTED: &str =
-    "`unlimited`, a byte count such as 1073741824, 512MiB, 2GiB, 1.5GB, or a fraction such as 0.5 or 50%";
+const BUDGET_ACCEPTED: &str = "`unlimited`, a byte count such as 1073741824, 512MiB, 2GiB, 1.5GB, or a fraction such as 0.5 or 50%";
 
 fn parse_budget(value: &str) -> Result<DeviceBudget, SpillError> {
     let v = value.trim();
@@ -461,7 +463,8 @@ pub(crate) fn parse_bytes(value: &str) -> Option<u64> {
         }
         let n: f64 = number.parse().ok()?;
         let bytes = (n * multiplier as f64).round();
-        return (bytes.is_finite() && bytes >= 0.0 && bytes < u64::MAX as f64).then_some(bytes as u64);
+        return (bytes.is_finite() && bytes >= 0.0 && bytes < u64::MAX as f64)
+            .then_some(bytes as u64);
     }
     number.parse::<u64>().ok()?.checked_mul(multiplier)
 }
@@ -471,9 +474,16 @@ mod tests {
     use super::*;
 
     fn env(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
-        let pairs: Vec<(String, String)> =
-            pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
-        move |name| pairs.iter().find(|(k, _)| k == name).map(|(_, v)| v.clone())
+        let pairs: Vec<(String, String)> = pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        move |name| {
+            pairs
+                .iter()
+                .find(|(k, _)| k == name)
+                .map(|(_, v)| v.clone())
+        }
     }
 
     #[test]
@@ -492,7 +502,10 @@ mod tests {
     #[test]
     fn presets_hold_the_design_table() {
         let c = SpillConfig::transformer();
-        assert_eq!((c.cache_ratio, c.spill_threshold, c.prefetch_window), (0.65, 0.80, 4));
+        assert_eq!(
+            (c.cache_ratio, c.spill_threshold, c.prefetch_window),
+            (0.65, 0.80, 4)
+        );
         assert_eq!(SpillConfig::gan().get_preset(), Some(Preset::Gan));
         for p in [Preset::Cnn, Preset::Rnn, Preset::Transformer, Preset::Gan] {
             SpillConfig::preset(p).validate().unwrap();
@@ -527,24 +540,46 @@ mod tests {
             .with_overrides_from(env(&[(ENV_PRESET, "vae")]))
             .unwrap_err()
             .to_string();
-        assert!(err.contains("BURN_SPILL_PRESET") && err.contains("vae") && err.contains("transformer"), "{err}");
+        assert!(
+            err.contains("BURN_SPILL_PRESET") && err.contains("vae") && err.contains("transformer"),
+            "{err}"
+        );
         let err = SpillConfig::default()
             .with_overrides_from(env(&[(ENV_BUDGET, "1.5")]))
             .unwrap_err()
             .to_string();
-        assert!(err.contains("BURN_SPILL_BUDGET") && err.contains("1.5"), "{err}");
+        assert!(
+            err.contains("BURN_SPILL_BUDGET") && err.contains("1.5"),
+            "{err}"
+        );
         let err = SpillConfig::default()
             .with_overrides_from(env(&[(ENV_POLICY, "mru")]))
             .unwrap_err()
             .to_string();
         assert!(err.contains("mru") && err.contains("lru"), "{err}");
         for f in [0.0, -0.5, 1.01, f64::NAN] {
-            let err = SpillConfig::default().device_budget_fraction(f).validate().unwrap_err();
+            let err = SpillConfig::default()
+                .device_budget_fraction(f)
+                .validate()
+                .unwrap_err();
             assert!(err.to_string().contains("device_budget"), "{err}");
         }
-        assert!(SpillConfig::default().device_budget_fraction(1.0).validate().is_ok());
-        assert!(SpillConfig::default().device_budget_bytes(0).validate().is_ok());
-        let err = SpillConfig::default().cache_ratio(0.9).spill_threshold(0.5).validate();
+        assert!(
+            SpillConfig::default()
+                .device_budget_fraction(1.0)
+                .validate()
+                .is_ok()
+        );
+        assert!(
+            SpillConfig::default()
+                .device_budget_bytes(0)
+                .validate()
+                .is_ok()
+        );
+        let err = SpillConfig::default()
+            .cache_ratio(0.9)
+            .spill_threshold(0.5)
+            .validate();
         assert!(err.unwrap_err().to_string().contains("cache_ratio"));
     }
 

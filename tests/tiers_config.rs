@@ -65,8 +65,16 @@ fn input<B: Backend>(seed: usize, rows: usize, cols: usize, device: &B::Device) 
 
 fn mem_total_bytes() -> u64 {
     let meminfo = std::fs::read_to_string("/proc/meminfo").expect("/proc/meminfo");
-    let line = meminfo.lines().find(|l| l.starts_with("MemTotal:")).unwrap();
-    line.split_whitespace().nth(1).unwrap().parse::<u64>().unwrap() * 1024
+    let line = meminfo
+        .lines()
+        .find(|l| l.starts_with("MemTotal:"))
+        .unwrap();
+    line.split_whitespace()
+        .nth(1)
+        .unwrap()
+        .parse::<u64>()
+        .unwrap()
+        * 1024
 }
 
 #[test]
@@ -75,8 +83,11 @@ fn invalid_fractions_are_rejected_at_configure() {
     let device = dev();
     Spill::configure(&device, SpillConfig::default().device_budget_bytes(4096)).unwrap();
     for fraction in [0.0, -0.1, 1.5] {
-        let err = Spill::configure(&device, SpillConfig::default().device_budget_fraction(fraction))
-            .unwrap_err();
+        let err = Spill::configure(
+            &device,
+            SpillConfig::default().device_budget_fraction(fraction),
+        )
+        .unwrap_err();
         match &err {
             SpillError::InvalidValue { field, value, .. } => {
                 assert_eq!(*field, "device_budget", "{err}");
@@ -148,7 +159,9 @@ fn env_overrides_take_effect_through_configure() {
 
     // The gan preset's watermarks (spill above 70% of the budget, down to 50%) are in force:
     // three 256 KiB tensors (75%) are brought down to two; without the preset all three fit.
-    let tensors: Vec<_> = (0..3).map(|i| input::<Spill>(i, 256, 256, &device)).collect();
+    let tensors: Vec<_> = (0..3)
+        .map(|i| input::<Spill>(i, 256, 256, &device))
+        .collect();
     let stats = Spill::stats(&device);
     assert!(stats.resident.device <= 512 << 10, "{:?}", stats.resident);
     assert_eq!(stats.resident.disk, 256 << 10, "{:?}", stats.resident);
@@ -180,7 +193,10 @@ fn env_error(name: &str, value: &str, accepted: &str) {
     }
     let message = err.to_string();
     for needle in [name, value, accepted] {
-        assert!(message.contains(needle), "{name}={value}: message lacks {needle:?}: {message}");
+        assert!(
+            message.contains(needle),
+            "{name}={value}: message lacks {needle:?}: {message}"
+        );
     }
 }
 
@@ -199,7 +215,10 @@ fn bad_env_values_name_variable_value_and_accepted() {
         Some(777),
         "rejected overrides leave the previous config in force"
     );
-    assert!(std::env::var(ENV_BUDGET).is_err(), "variables are removed after each case");
+    assert!(
+        std::env::var(ENV_BUDGET).is_err(),
+        "variables are removed after each case"
+    );
 }
 
 #[test]
@@ -209,9 +228,16 @@ fn default_config_moves_nothing() {
     // Another test of this binary may have made a disk tier earlier: a default config removes
     // it (it holds no records), and nothing moves or is written afterwards.
     Spill::configure(&device, SpillConfig::default()).unwrap();
-    assert_eq!(Spill::spill_file(&device), None, "an empty disk tier is removed");
+    assert_eq!(
+        Spill::spill_file(&device),
+        None,
+        "an empty disk tier is removed"
+    );
     let before = Spill::stats(&device);
-    assert_eq!((before.device_budget_bytes, before.host_limit_bytes), (None, None));
+    assert_eq!(
+        (before.device_budget_bytes, before.host_limit_bytes),
+        (None, None)
+    );
 
     let program = |d: &Device<Spill>| {
         let a = input::<Spill>(1, 32, 32, d);
@@ -246,12 +272,18 @@ fn unlimited_again_while_records_are_on_disk_in_a_custom_dir() {
     let tmp = tempfile::tempdir().unwrap();
     Spill::configure(
         &device,
-        SpillConfig::default().device_budget_bytes(0).host_limit_bytes(0).spill_dir(tmp.path()),
+        SpillConfig::default()
+            .device_budget_bytes(0)
+            .host_limit_bytes(0)
+            .spill_dir(tmp.path()),
     )
     .unwrap();
     let t = input::<Spill>(3, 4, 4, &device);
     let _ = t.clone() + 1.0;
-    assert_eq!(t.clone().into_primitive().tensor().residency(), burn_spill::Tier::Disk);
+    assert_eq!(
+        t.clone().into_primitive().tensor().residency(),
+        burn_spill::Tier::Disk
+    );
     // Turning the budget off must work although a record sits in the custom directory...
     Spill::configure(&device, SpillConfig::default()).unwrap();
     assert_eq!(Spill::stats(&device).device_budget_bytes, None);
@@ -259,8 +291,16 @@ fn unlimited_again_while_records_are_on_disk_in_a_custom_dir() {
     let file = Spill::spill_file(&device).expect("the store stays while it holds a record");
     assert!(file.starts_with(tmp.path()));
     let plain = input::<Plain>(3, 4, 4, &Default::default());
-    assert_same_data(&plain.into_data(), &t.into_data(), "restored after unconfigure");
+    assert_same_data(
+        &plain.into_data(),
+        &t.into_data(),
+        "restored after unconfigure",
+    );
     Spill::configure(&device, SpillConfig::default()).unwrap();
-    assert_eq!(Spill::spill_file(&device), None, "the emptied store is removed");
+    assert_eq!(
+        Spill::spill_file(&device),
+        None,
+        "the emptied store is removed"
+    );
     assert!(!file.exists());
 }

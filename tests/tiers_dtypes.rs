@@ -18,7 +18,9 @@ mod common;
 use std::sync::{Mutex, MutexGuard};
 
 use burn::tensor::backend::Backend;
-use burn::tensor::quantization::{BlockSize, QTensorPrimitive, QuantLevel, QuantScheme, QuantStore, QuantValue};
+use burn::tensor::quantization::{
+    BlockSize, QTensorPrimitive, QuantLevel, QuantScheme, QuantStore, QuantValue,
+};
 use burn::tensor::{Bool, BoolStore, DType, Int, Tensor, TensorData, TensorPrimitive, bf16, f16};
 use burn_spill::{SpillConfig, Tier};
 use common::{Plain, Spill, assert_same_data, compare};
@@ -73,11 +75,17 @@ fn bytes_of_u32(values: &[u32]) -> Vec<u8> {
 }
 
 fn float_case(name: &'static str, data: TensorData) -> Case {
-    Case { name, source: Source::Float(data) }
+    Case {
+        name,
+        source: Source::Float(data),
+    }
 }
 
 fn int_case(name: &'static str, data: TensorData) -> Case {
-    Case { name, source: Source::Int(data) }
+    Case {
+        name,
+        source: Source::Int(data),
+    }
 }
 
 fn cases() -> Vec<Case> {
@@ -238,8 +246,11 @@ impl<B: Backend> T<B> {
             Source::Int(d) => T::I(Tensor::from_data(d.clone(), (dev, d.dtype))),
             Source::Bool(d) => T::B(Tensor::from_data(d.clone(), (dev, d.dtype))),
             Source::QuantizeDynamic(scheme) => T::F(
-                Tensor::<B, 2>::from_data(TensorData::new(TO_QUANTIZE.to_vec(), SHAPE), (dev, DType::F32))
-                    .quantize_dynamic(scheme),
+                Tensor::<B, 2>::from_data(
+                    TensorData::new(TO_QUANTIZE.to_vec(), SHAPE),
+                    (dev, DType::F32),
+                )
+                .quantize_dynamic(scheme),
             ),
         }
     }
@@ -315,7 +326,16 @@ fn applies(source: &Source, name: &str) -> bool {
 /// budget of 0 each op's output is spilled too before it is read, so the outputs cross the tier
 /// as well: `swap_dims` and `slice` give views that are not contiguous, `row` a contiguous view
 /// that starts inside its buffer.
-const OPS: [&str; 8] = ["reshape", "swap_dims", "slice", "row", "cat", "equal", "compute", "argmax"];
+const OPS: [&str; 8] = [
+    "reshape",
+    "swap_dims",
+    "slice",
+    "row",
+    "cat",
+    "equal",
+    "compute",
+    "argmax",
+];
 
 /// The ops plain Flex 0.21 itself rejects for a dtype (it panics in the kernel; burn-spill must
 /// panic the same way, which the round trips check). Creating, reading and reshaping work for
@@ -370,7 +390,11 @@ fn oracle(case: &Case) -> TensorData {
         && !matches!(d.dtype, DType::QFloat(_))
     {
         // Flex keeps the bytes it was given: the oracle is the input itself.
-        assert_same_data(d, &read, &format!("{}: plain Flex changed the data", case.name));
+        assert_same_data(
+            d,
+            &read,
+            &format!("{}: plain Flex changed the data", case.name),
+        );
     }
     read
 }
@@ -422,12 +446,22 @@ fn round_trip(case: &Case, tier: Tier) {
         let expected_read = expected.clone();
         compare(
             &inner_what.clone(),
-            move || vec![T::<Plain>::make(&plain_source, &Default::default()).apply(op).unwrap()],
+            move || {
+                vec![
+                    T::<Plain>::make(&plain_source, &Default::default())
+                        .apply(op)
+                        .unwrap(),
+                ]
+            },
             move || {
                 let (t, _other) = spilled(&source, tier, &inner_what);
                 let out = t.apply(op).unwrap();
                 assert_eq!(residency(&t), tier, "{inner_what}: after the op");
-                assert_same_data(&expected_read, &t.read(), &format!("{inner_what}: read after the op"));
+                assert_same_data(
+                    &expected_read,
+                    &t.read(),
+                    &format!("{inner_what}: read after the op"),
+                );
                 vec![out]
             },
         );
@@ -435,31 +469,56 @@ fn round_trip(case: &Case, tier: Tier) {
 
     let after = Spill::stats(&dev);
     let live = Spill::live(&dev);
-    assert_eq!((live.tensors, live.bytes), (0, 0), "{what}: tensors left alive");
     assert_eq!(
-        (after.resident.device, after.resident.host, after.resident.disk),
+        (live.tensors, live.bytes),
+        (0, 0),
+        "{what}: tensors left alive"
+    );
+    assert_eq!(
+        (
+            after.resident.device,
+            after.resident.host,
+            after.resident.disk
+        ),
         (0, 0, 0),
         "{what}: bytes left on a tier"
     );
-    assert!(after.device_to_host.count > before.device_to_host.count, "{what}: nothing spilled");
+    assert!(
+        after.device_to_host.count > before.device_to_host.count,
+        "{what}: nothing spilled"
+    );
     match tier {
         Tier::Host => {
-            assert!(after.host_to_device.count > before.host_to_device.count, "{what}: no restore from host");
-            assert_eq!(after.host_to_disk.count, before.host_to_disk.count, "{what}: went to disk");
+            assert!(
+                after.host_to_device.count > before.host_to_device.count,
+                "{what}: no restore from host"
+            );
+            assert_eq!(
+                after.host_to_disk.count, before.host_to_disk.count,
+                "{what}: went to disk"
+            );
         }
         Tier::Disk => {
-            assert!(after.host_to_disk.count > before.host_to_disk.count, "{what}: nothing went to disk");
-            assert!(after.disk_to_device.count > before.disk_to_device.count, "{what}: no restore from disk");
+            assert!(
+                after.host_to_disk.count > before.host_to_disk.count,
+                "{what}: nothing went to disk"
+            );
+            assert!(
+                after.disk_to_device.count > before.disk_to_device.count,
+                "{what}: no restore from disk"
+            );
         }
         Tier::Device => unreachable!(),
     }
-    assert_eq!(after.disk_write_errors, before.disk_write_errors, "{what}: disk write errors");
+    assert_eq!(
+        after.disk_write_errors, before.disk_write_errors,
+        "{what}: disk write errors"
+    );
 }
 
 /// The ops of [`OPS`] that plain Flex rejects (panics on) for `case`.
 fn flex_rejects(case: &Case) -> Vec<(&'static str, &'static str)> {
-    OPS
-        .into_iter()
+    OPS.into_iter()
         .filter(|op| {
             std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
                 T::<Plain>::make(&case.source, &Default::default()).apply(op)
@@ -474,7 +533,8 @@ fn through(tier: Tier) {
     let cases = cases();
     let mut failures = Vec::new();
     for case in &cases {
-        let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| round_trip(case, tier)));
+        let result =
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| round_trip(case, tier)));
         if let Err(e) = result {
             let msg = e
                 .downcast_ref::<String>()
@@ -484,7 +544,13 @@ fn through(tier: Tier) {
             failures.push(format!("{}: {msg}", case.name));
         }
     }
-    assert!(failures.is_empty(), "{} of {} dtypes failed:\n{}", failures.len(), cases.len(), failures.join("\n"));
+    assert!(
+        failures.is_empty(),
+        "{} of {} dtypes failed:\n{}",
+        failures.len(),
+        cases.len(),
+        failures.join("\n")
+    );
 }
 
 #[test]
@@ -533,9 +599,27 @@ fn the_cases_cover_every_dtype_of_burn() {
         .map(|c| dtype_name(T::<Plain>::make(&c.source, &dev).dtype()))
         .collect();
     for name in [
-        "F64", "F32", "Flex32", "F16", "BF16", "I64", "I32", "I16", "I8", "U64", "U32", "U16", "U8",
-        "Bool(Native)", "Bool(U8)", "Bool(U32)", "QFloat",
+        "F64",
+        "F32",
+        "Flex32",
+        "F16",
+        "BF16",
+        "I64",
+        "I32",
+        "I16",
+        "I8",
+        "U64",
+        "U32",
+        "U16",
+        "U8",
+        "Bool(Native)",
+        "Bool(U8)",
+        "Bool(U32)",
+        "QFloat",
     ] {
-        assert!(made.iter().any(|s| s == name), "no case makes a {name} tensor (made: {made:?})");
+        assert!(
+            made.iter().any(|s| s == name),
+            "no case makes a {name} tensor (made: {made:?})"
+        );
     }
 }

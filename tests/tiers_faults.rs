@@ -119,7 +119,10 @@ fn uncreatable_spill_dir_is_reported_and_keeps_the_previous_config() {
         message.contains(&bad.display().to_string()),
         "the message names the path: {message}"
     );
-    assert!(message.contains("spill_dir"), "the message names the field: {message}");
+    assert!(
+        message.contains("spill_dir"),
+        "the message names the field: {message}"
+    );
 
     // The previous configuration is still in force.
     let stats = Spill::stats(&device);
@@ -154,22 +157,40 @@ fn failed_disk_writes_keep_tensors_on_the_host_and_lose_nothing() {
     let tiers = [tier(&a), tier(&b), tier(&c)];
     let on_host = tiers.iter().filter(|t| **t == Tier::Host).count();
     let on_disk = tiers.iter().filter(|t| **t == Tier::Disk).count();
-    assert_eq!((on_host, on_disk), (2, 1), "tiers after the failed writes: {tiers:?}");
+    assert_eq!(
+        (on_host, on_disk),
+        (2, 1),
+        "tiers after the failed writes: {tiers:?}"
+    );
     assert_eq!(after.host_limit_bytes, Some(0));
-    assert_eq!(after.resident.host, 2 * 4 * 8 * 4, "two tensors stay on the host, over the limit 0");
+    assert_eq!(
+        after.resident.host,
+        2 * 4 * 8 * 4,
+        "two tensors stay on the host, over the limit 0"
+    );
     assert_eq!(after.resident.device, 0);
 
     // Nothing was lost: every value reads back as plain Flex computes it (reads restore and
     // re-spill; the hook is spent, so those writes succeed).
-    assert_same_tensors(&[pa.clone(), pb.clone(), pc.clone()], &[a.clone(), b.clone(), c.clone()], "after failed writes");
+    assert_same_tensors(
+        &[pa.clone(), pb.clone(), pc.clone()],
+        &[a.clone(), b.clone(), c.clone()],
+        "after failed writes",
+    );
 
     // With the hook exhausted, the next op's spills reach disk, host tier included.
     let d = c.clone() * 2.0;
     let pd = pc.clone() * 2.0;
     let last = Spill::stats(&device);
-    assert_eq!(last.disk_write_errors, after.disk_write_errors, "no more failures");
+    assert_eq!(
+        last.disk_write_errors, after.disk_write_errors,
+        "no more failures"
+    );
     assert!(last.host_to_disk.count > after.host_to_disk.count);
-    assert_eq!(last.resident.host, 0, "the host tier is back under its limit");
+    assert_eq!(
+        last.resident.host, 0,
+        "the host tier is back under its limit"
+    );
     for (name, t) in [("a", &a), ("b", &b), ("c", &c), ("d", &d)] {
         assert_eq!(tier(t), Tier::Disk, "{name} ends on disk");
     }
@@ -188,12 +209,19 @@ fn find_record(bytes: &[u8], id: u64) -> (usize, usize, usize) {
         .filter(|(_, w)| *w == key.as_slice())
         .map(|(i, _)| i)
         .collect();
-    assert_eq!(hits.len(), 1, "exactly one record of tensor {id} in the spill file");
+    assert_eq!(
+        hits.len(),
+        1,
+        "exactly one record of tensor {id} in the spill file"
+    );
     let at = hits[0];
     let meta_len = u32::from_le_bytes(bytes[at + 16..at + 20].try_into().unwrap()) as usize;
     let payload_len = u64::from_le_bytes(bytes[at + 20..at + 28].try_into().unwrap()) as usize;
     let payload = at + 36 + meta_len;
-    assert!(payload + payload_len <= bytes.len(), "the record lies inside the file");
+    assert!(
+        payload + payload_len <= bytes.len(),
+        "the record lies inside the file"
+    );
     (at, payload, payload_len)
 }
 
@@ -215,7 +243,10 @@ fn corrupted_record_panics_naming_tensor_file_and_offset() {
     let (record, payload, payload_len) = find_record(&bytes, victim_id);
     assert_eq!(payload_len, 4 * 8 * 4, "the payload is the tensor's bytes");
     let flip = payload + payload_len / 2;
-    assert!((payload..payload + payload_len).contains(&flip), "the flipped byte is payload");
+    assert!(
+        (payload..payload + payload_len).contains(&flip),
+        "the flipped byte is payload"
+    );
     bytes[flip] ^= 0xFF;
     {
         use std::io::{Seek, SeekFrom, Write};
@@ -232,7 +263,10 @@ fn corrupted_record_panics_naming_tensor_file_and_offset() {
         format!("offset {record}"),
         "CRC32".to_string(),
     ] {
-        assert!(message.contains(&needle), "panic message lacks {needle:?}: {message}");
+        assert!(
+            message.contains(&needle),
+            "panic message lacks {needle:?}: {message}"
+        );
     }
     // The record is kept (nothing overwritten): the tensor is still on disk, still corrupted.
     assert_eq!(tier(&victim), Tier::Disk);
@@ -250,7 +284,11 @@ fn corrupted_record_panics_naming_tensor_file_and_offset() {
     drop(intact);
     let live = Spill::live(&device);
     assert_eq!((live.tensors, live.bytes), (0, 0));
-    assert_eq!(std::fs::metadata(&file).unwrap().len(), 0, "all records freed");
+    assert_eq!(
+        std::fs::metadata(&file).unwrap().len(),
+        0,
+        "all records freed"
+    );
 }
 
 /// A mixed program: adds, products, a matmul, activations; every result kept alive.
@@ -282,15 +320,29 @@ fn ledger_and_spill_file_return_to_zero() {
     )
     .unwrap();
     let start = Spill::live(&device);
-    assert_eq!((start.tensors, start.bytes), (0, 0), "nothing alive before the test");
+    assert_eq!(
+        (start.tensors, start.bytes),
+        (0, 0),
+        "nothing alive before the test"
+    );
     let before = Spill::stats(&device);
 
     let plain = mixed_program::<Plain>(&Default::default());
     let spill = mixed_program::<Spill>(&device);
     let mid = Spill::stats(&device);
-    assert!(mid.device_to_host.count > before.device_to_host.count, "spilled to host");
-    assert!(mid.host_to_disk.count > before.host_to_disk.count, "spilled to disk");
-    assert!(mid.resident.host > 0 && mid.resident.host <= 768, "{:?}", mid.resident);
+    assert!(
+        mid.device_to_host.count > before.device_to_host.count,
+        "spilled to host"
+    );
+    assert!(
+        mid.host_to_disk.count > before.host_to_disk.count,
+        "spilled to disk"
+    );
+    assert!(
+        mid.resident.host > 0 && mid.resident.host <= 768,
+        "{:?}",
+        mid.resident
+    );
     assert!(mid.resident.disk > 0, "{:?}", mid.resident);
     assert!(mid.resident.device <= 512, "{:?}", mid.resident);
     assert_eq!(mid.live_tensors, 12);
@@ -299,8 +351,14 @@ fn ledger_and_spill_file_return_to_zero() {
 
     assert_same_tensors(&plain, &spill, "mixed program");
     let read_back = Spill::stats(&device);
-    assert!(read_back.disk_to_device.count > before.disk_to_device.count, "restored from disk");
-    assert!(read_back.host_to_device.count > before.host_to_device.count, "restored from host");
+    assert!(
+        read_back.disk_to_device.count > before.disk_to_device.count,
+        "restored from disk"
+    );
+    assert!(
+        read_back.host_to_device.count > before.host_to_device.count,
+        "restored from host"
+    );
 
     drop(spill);
     let live = Spill::live(&device);
@@ -313,7 +371,10 @@ fn ledger_and_spill_file_return_to_zero() {
         "{:?}",
         end.resident
     );
-    assert_eq!((end.spilled_other_bytes, end.spilled_parameter_bytes), (0, 0));
+    assert_eq!(
+        (end.spilled_other_bytes, end.spilled_parameter_bytes),
+        (0, 0)
+    );
     assert_eq!(
         std::fs::metadata(&file).unwrap().len(),
         0,
@@ -358,7 +419,11 @@ fn private_dir_modes_and_spill_dir_in_use() {
         }
         e => panic!("expected SpillDirInUse, got {e:?}"),
     }
-    assert!(err.to_string().contains(&other.path().display().to_string()), "{err}");
+    assert!(
+        err.to_string()
+            .contains(&other.path().display().to_string()),
+        "{err}"
+    );
     assert_eq!(Spill::spill_file(&device).as_ref(), Some(&file));
     assert_same_data(
         &read(&input::<Plain>(5, 4, 4, &Default::default())),
@@ -370,13 +435,20 @@ fn private_dir_modes_and_spill_dir_in_use() {
     drop(t);
     Spill::configure(&device, all_to_disk(other.path())).unwrap();
     let moved = Spill::spill_file(&device).expect("a new disk tier");
-    assert_eq!(canonical(moved.parent().unwrap().parent().unwrap()), canonical(other.path()));
+    assert_eq!(
+        canonical(moved.parent().unwrap().parent().unwrap()),
+        canonical(other.path())
+    );
     assert!(!dir.exists(), "the old private directory is removed");
     assert_eq!(mode(moved.parent().unwrap()), 0o700);
     assert_eq!(mode(&moved), 0o600);
     let u = input::<Spill>(6, 4, 4, &device);
     assert_eq!(tier(&u), Tier::Disk);
-    assert_same_data(&read(&input::<Plain>(6, 4, 4, &Default::default())), &read(&u), "new dir");
+    assert_same_data(
+        &read(&input::<Plain>(6, 4, 4, &Default::default())),
+        &read(&u),
+        "new dir",
+    );
 }
 
 #[test]
@@ -386,11 +458,18 @@ fn strict_mode_panics_and_lenient_mode_counts() {
     // 16 x 16 f32 = 1 KiB, created before the budget so that only the op itself is judged.
     let t = input::<Spill>(7, 16, 16, &device);
     let pt = input::<Plain>(7, 16, 16, &Default::default());
-    Spill::configure(&device, SpillConfig::default().device_budget_bytes(16).strict(true)).unwrap();
+    Spill::configure(
+        &device,
+        SpillConfig::default().device_budget_bytes(16).strict(true),
+    )
+    .unwrap();
     let result = catch_unwind(AssertUnwindSafe(|| t.clone() + 1.0));
     let message = panic_message(result.expect_err("strict mode must panic"));
     for needle in ["float_add_scalar", "1024", "16 bytes", "strict"] {
-        assert!(message.contains(needle), "strict panic lacks {needle:?}: {message}");
+        assert!(
+            message.contains(needle),
+            "strict panic lacks {needle:?}: {message}"
+        );
     }
     let live = Spill::live(&device);
     assert_eq!(live.tensors, 1, "the failed op left nothing behind");
@@ -401,6 +480,10 @@ fn strict_mode_panics_and_lenient_mode_counts() {
     let u = t.clone() + 1.0;
     let after = Spill::stats(&device).over_budget_ops;
     assert!(after > before, "over_budget_ops {before} -> {after}");
-    assert_same_data(&read(&(pt.clone() + 1.0)), &read(&u), "non-strict op over the budget");
+    assert_same_data(
+        &read(&(pt.clone() + 1.0)),
+        &read(&u),
+        "non-strict op over the budget",
+    );
     assert_same_data(&read(&pt), &read(&t), "input");
 }

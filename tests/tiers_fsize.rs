@@ -25,7 +25,11 @@ fn program<B: Backend>(device: &B::Device) -> Vec<Tensor<B, 2>> {
     let xs: Vec<Tensor<B, 2>> = (0..8).map(|i| input::<B>(i, device)).collect();
     let mut out = xs.clone();
     for (i, x) in xs.iter().enumerate() {
-        out.push((x.clone() + xs[(i + 1) % xs.len()].clone()).mul_scalar(0.5).tanh());
+        out.push(
+            (x.clone() + xs[(i + 1) % xs.len()].clone())
+                .mul_scalar(0.5)
+                .tanh(),
+        );
     }
     out
 }
@@ -45,13 +49,20 @@ impl FsizeLimit {
             let old_handler = libc::signal(libc::SIGXFSZ, libc::SIG_IGN);
             assert_ne!(old_handler, libc::SIG_ERR, "signal(SIGXFSZ)");
             let mut old_limit: libc::rlimit = std::mem::zeroed();
-            assert_eq!(libc::getrlimit(libc::RLIMIT_FSIZE, &mut old_limit), 0, "getrlimit");
+            assert_eq!(
+                libc::getrlimit(libc::RLIMIT_FSIZE, &mut old_limit),
+                0,
+                "getrlimit"
+            );
             let new = libc::rlimit {
                 rlim_cur: bytes as libc::rlim_t,
                 rlim_max: old_limit.rlim_max,
             };
             assert_eq!(libc::setrlimit(libc::RLIMIT_FSIZE, &new), 0, "setrlimit");
-            Self { old_limit, old_handler }
+            Self {
+                old_limit,
+                old_handler,
+            }
         }
     }
 }
@@ -102,14 +113,25 @@ fn file_size_limit_write_errors_keep_tensors_on_the_host() {
         stats.disk_write_errors > before.disk_write_errors,
         "writes past RLIMIT_FSIZE fail: {stats:?}"
     );
-    assert!(stats.resident.host > 0, "failed tensors stay on the host: {:?}", stats.resident);
-    assert!(stats.resident.disk > 0 && stats.resident.disk <= LIMIT, "{:?}", stats.resident);
+    assert!(
+        stats.resident.host > 0,
+        "failed tensors stay on the host: {:?}",
+        stats.resident
+    );
+    assert!(
+        stats.resident.disk > 0 && stats.resident.disk <= LIMIT,
+        "{:?}",
+        stats.resident
+    );
     assert!(std::fs::metadata(&file).unwrap().len() <= LIMIT);
     let tiers: Vec<Tier> = spill
         .iter()
         .map(|t| t.clone().into_primitive().tensor().residency())
         .collect();
-    assert!(tiers.contains(&Tier::Host) && tiers.contains(&Tier::Disk), "{tiers:?}");
+    assert!(
+        tiers.contains(&Tier::Host) && tiers.contains(&Tier::Disk),
+        "{tiers:?}"
+    );
 
     // Every value survives, wherever it was.
     for (i, (p, s)) in plain.iter().zip(&spill).enumerate() {
@@ -121,7 +143,12 @@ fn file_size_limit_write_errors_keep_tensors_on_the_host() {
         .reduce(|a, b| a + b)
         .unwrap()
         .into_data();
-    let total_spill = spill.iter().cloned().reduce(|a, b| a + b).unwrap().into_data();
+    let total_spill = spill
+        .iter()
+        .cloned()
+        .reduce(|a, b| a + b)
+        .unwrap()
+        .into_data();
     assert_same_data(&total_plain, &total_spill, "sum of all");
     drop(limit);
 

@@ -73,8 +73,13 @@ const INT_BOUND: i64 = 10_000;
 enum Ty {
     /// A float of `FLOATS[i]`; `via_cast` creates it in f32 and casts (an op), otherwise the
     /// data is converted on the host and uploaded in the target dtype.
-    Float { i: u8, via_cast: bool },
-    Int { i: u8 },
+    Float {
+        i: u8,
+        via_cast: bool,
+    },
+    Int {
+        i: u8,
+    },
     Bool,
 }
 
@@ -122,36 +127,120 @@ enum BoolOp {
 /// backend may work in place), `keep` = true clones it and appends the result.
 #[derive(Debug, Clone)]
 enum Inst {
-    Create { ty: Ty, shape: u8, seed: u32 },
-    Unary { op: Unary, a: u8, keep: bool },
-    Binary { op: Binary, a: u8, b: u8, keep: bool },
-    Scalar { op: ScalarOp, a: u8, v: i8, keep: bool },
-    Matmul { a: u8, b: u8 },
-    Reshape { a: u8, to: u8, keep: bool },
-    SwapDims { a: u8, pair: u8 },
-    Slice { a: u8, dim: u8, from_start: bool },
-    Reduce { a: u8, dim: u8, mean: bool },
-    Compare { op: Cmp, a: u8, b: u8 },
-    MaskWhere { m: u8, a: u8, b: u8 },
-    MaskFill { m: u8, a: u8, v: i8 },
-    Cast { a: u8, to: u8 },
-    Argmax { a: u8, dim: u8 },
-    Bools { op: BoolOp, a: u8, b: u8 },
-    Clone { a: u8 },
-    CloneMutate { a: u8, b: u8 },
-    Drop { a: u8 },
-    Read { a: u8, keep: bool },
+    Create {
+        ty: Ty,
+        shape: u8,
+        seed: u32,
+    },
+    Unary {
+        op: Unary,
+        a: u8,
+        keep: bool,
+    },
+    Binary {
+        op: Binary,
+        a: u8,
+        b: u8,
+        keep: bool,
+    },
+    Scalar {
+        op: ScalarOp,
+        a: u8,
+        v: i8,
+        keep: bool,
+    },
+    Matmul {
+        a: u8,
+        b: u8,
+    },
+    Reshape {
+        a: u8,
+        to: u8,
+        keep: bool,
+    },
+    SwapDims {
+        a: u8,
+        pair: u8,
+    },
+    Slice {
+        a: u8,
+        dim: u8,
+        from_start: bool,
+    },
+    Reduce {
+        a: u8,
+        dim: u8,
+        mean: bool,
+    },
+    Compare {
+        op: Cmp,
+        a: u8,
+        b: u8,
+    },
+    MaskWhere {
+        m: u8,
+        a: u8,
+        b: u8,
+    },
+    MaskFill {
+        m: u8,
+        a: u8,
+        v: i8,
+    },
+    Cast {
+        a: u8,
+        to: u8,
+    },
+    Argmax {
+        a: u8,
+        dim: u8,
+    },
+    Bools {
+        op: BoolOp,
+        a: u8,
+        b: u8,
+    },
+    Clone {
+        a: u8,
+    },
+    CloneMutate {
+        a: u8,
+        b: u8,
+    },
+    Drop {
+        a: u8,
+    },
+    Read {
+        a: u8,
+        keep: bool,
+    },
     /// Moves a register to another thread and drops it there.
-    DropOnThread { a: u8 },
+    DropOnThread {
+        a: u8,
+    },
     /// Reads up to three registers in one `Transaction`.
-    ReadMany { a: u8, b: u8, c: u8 },
+    ReadMany {
+        a: u8,
+        b: u8,
+        c: u8,
+    },
     /// `max_dim_with_indices`: an op with a float and an int output.
-    MaxWithIndices { a: u8, dim: u8 },
+    MaxWithIndices {
+        a: u8,
+        dim: u8,
+    },
     /// Concatenates a register with a partner of the same kind, dtype and shape.
-    Cat { a: u8, b: u8, dim: u8 },
+    Cat {
+        a: u8,
+        b: u8,
+        dim: u8,
+    },
     /// Reconfigures the device mid-program (`None` = unlimited), with tensors on every tier.
     /// Only in the mixed-tiers property; a no-op for plain Flex.
-    Reconfigure { budget: Option<u16>, host: Option<u16> },
+    Reconfigure {
+        budget: Option<u16>,
+        host: Option<u16>,
+    },
 }
 
 fn ty() -> impl Strategy<Value = Ty> {
@@ -199,7 +288,8 @@ fn inst() -> impl Strategy<Value = Inst> {
 /// A program with reconfigurations in it.
 fn program_with_reconfigure(max_len: usize) -> impl Strategy<Value = Vec<Inst>> {
     let small = || prop_oneof![1 => Just(None), 3 => (0u16..1024).prop_map(Some)];
-    let reconfigure = (small(), small()).prop_map(|(budget, host)| Inst::Reconfigure { budget, host });
+    let reconfigure =
+        (small(), small()).prop_map(|(budget, host)| Inst::Reconfigure { budget, host });
     let step = prop_oneof![12 => inst(), 1 => reconfigure];
     (program(2), proptest::collection::vec(step, 1..max_len)).prop_map(|(mut a, b)| {
         a.extend(b);
@@ -210,8 +300,12 @@ fn program_with_reconfigure(max_len: usize) -> impl Strategy<Value = Vec<Inst>> 
 /// A program: a few creations first (so budget 0 always has something to spill), then random
 /// instructions.
 fn program(max_len: usize) -> impl Strategy<Value = Vec<Inst>> {
-    let first = (ty(), 0u8..3, any::<u32>()).prop_map(|(ty, shape, seed)| Inst::Create { ty, shape, seed });
-    (proptest::collection::vec(first, 2..4), proptest::collection::vec(inst(), 1..max_len))
+    let first =
+        (ty(), 0u8..3, any::<u32>()).prop_map(|(ty, shape, seed)| Inst::Create { ty, shape, seed });
+    (
+        proptest::collection::vec(first, 2..4),
+        proptest::collection::vec(inst(), 1..max_len),
+    )
         .prop_map(|(mut a, b)| {
             a.extend(b);
             a
@@ -304,8 +398,22 @@ impl Rng {
 /// Float values: signed zeros, halves and quarters, and some not representable in f16 or bf16
 /// (0.1, 1/3, 1000.0625), so casts and creation in the lower precisions round.
 const FLOAT_VALUES: [f32; 16] = [
-    0.0, -0.0, 0.5, -0.5, 1.0, -1.25, 2.0, 3.5, -3.0, 0.1, 1000.0625, -7.75, 0.333_333_34, 1e-3,
-    -0.875, 1.5,
+    0.0,
+    -0.0,
+    0.5,
+    -0.5,
+    1.0,
+    -1.25,
+    2.0,
+    3.5,
+    -3.0,
+    0.1,
+    1000.0625,
+    -7.75,
+    0.333_333_34,
+    1e-3,
+    -0.875,
+    1.5,
 ];
 
 fn clamp_int<B: Backend>(t: Tensor<B, 3, Int>) -> Tensor<B, 3, Int> {
@@ -371,7 +479,9 @@ impl<B: Backend> Machine<B> {
             return None;
         }
         let start = at as usize % n;
-        (0..n).map(|k| (start + k) % n).find(|&i| pred(&self.regs[i]))
+        (0..n)
+            .map(|k| (start + k) % n)
+            .find(|&i| pred(&self.regs[i]))
     }
 
     /// A register of kind float or int.
@@ -381,7 +491,11 @@ impl<B: Backend> Machine<B> {
 
     /// A partner of register `i`: same kind, dtype and shape (possibly `i` itself).
     fn partner(&self, i: usize, at: u8) -> usize {
-        let (k, d, s) = (self.regs[i].kind(), self.regs[i].dtype(), self.regs[i].dims());
+        let (k, d, s) = (
+            self.regs[i].kind(),
+            self.regs[i].dtype(),
+            self.regs[i].dims(),
+        );
         self.find(at, |r| r.kind() == k && r.dtype() == d && r.dims() == s)
             .unwrap_or(i)
     }
@@ -389,7 +503,11 @@ impl<B: Backend> Machine<B> {
     /// The operand in register `i`: cloned when `keep`, taken out otherwise (the result then
     /// goes back in its place).
     fn operand(&mut self, i: usize, keep: bool) -> Reg<B> {
-        if keep { self.regs[i].clone() } else { self.regs.remove(i) }
+        if keep {
+            self.regs[i].clone()
+        } else {
+            self.regs.remove(i)
+        }
     }
 
     fn put(&mut self, i: usize, keep: bool, r: Reg<B>) {
@@ -424,8 +542,9 @@ impl<B: Backend> Machine<B> {
                 let mut rng = Rng(seed as u64);
                 let r = match ty {
                     Ty::Float { i, via_cast } => {
-                        let values: Vec<f32> =
-                            (0..n).map(|_| FLOAT_VALUES[(rng.next() % 16) as usize]).collect();
+                        let values: Vec<f32> = (0..n)
+                            .map(|_| FLOAT_VALUES[(rng.next() % 16) as usize])
+                            .collect();
                         let data = TensorData::new(values, shape);
                         let dtype = FLOATS[i as usize % FLOATS.len()];
                         let t = if via_cast {
@@ -452,16 +571,24 @@ impl<B: Backend> Machine<B> {
                         ))
                     }
                     Ty::Bool => {
-                        let values: Vec<bool> = (0..n).map(|_| rng.next().is_multiple_of(2)).collect();
-                        Reg::B(Tensor::<B, 3, Bool>::from_data(TensorData::new(values, shape), &dev))
+                        let values: Vec<bool> =
+                            (0..n).map(|_| rng.next().is_multiple_of(2)).collect();
+                        Reg::B(Tensor::<B, 3, Bool>::from_data(
+                            TensorData::new(values, shape),
+                            &dev,
+                        ))
                     }
                 };
                 self.push(r);
                 "created"
             }
             Inst::Unary { op, a, keep } => {
-                let Some(i) = self.find(a, |r| r.kind() == Kind::F) else { return "skip" };
-                let Reg::F(t) = self.operand(i, keep) else { unreachable!() };
+                let Some(i) = self.find(a, |r| r.kind() == Kind::F) else {
+                    return "skip";
+                };
+                let Reg::F(t) = self.operand(i, keep) else {
+                    unreachable!()
+                };
                 let t = match op {
                     Unary::Exp => t.exp(),
                     Unary::Tanh => t.tanh(),
@@ -473,7 +600,9 @@ impl<B: Backend> Machine<B> {
                 "float unary"
             }
             Inst::Binary { op, a, b, keep } => {
-                let Some(i) = self.find_numeric(a) else { return "skip" };
+                let Some(i) = self.find_numeric(a) else {
+                    return "skip";
+                };
                 let j = self.partner(i, b);
                 let rhs = self.regs[j].clone();
                 let r = match (self.operand(i, keep), rhs) {
@@ -492,10 +621,16 @@ impl<B: Backend> Machine<B> {
                     _ => unreachable!(),
                 };
                 self.put(i, keep, r);
-                if i == j { "binary with itself" } else { "binary" }
+                if i == j {
+                    "binary with itself"
+                } else {
+                    "binary"
+                }
             }
             Inst::Scalar { op, a, v, keep } => {
-                let Some(i) = self.find_numeric(a) else { return "skip" };
+                let Some(i) = self.find_numeric(a) else {
+                    return "skip";
+                };
                 let r = match self.operand(i, keep) {
                     Reg::F(x) => {
                         let s = v as f32 / 4.0;
@@ -519,15 +654,21 @@ impl<B: Backend> Machine<B> {
                 "scalar"
             }
             Inst::Matmul { a, b } => {
-                let Some(i) = self.find(a, |r| r.kind() == Kind::F) else { return "skip" };
+                let Some(i) = self.find(a, |r| r.kind() == Kind::F) else {
+                    return "skip";
+                };
                 let (dt, [b0, _, k]) = (self.regs[i].dtype(), self.regs[i].dims());
                 let j = self.find(b, |r| {
                     r.kind() == Kind::F && r.dtype() == dt && r.dims()[0] == b0 && r.dims()[1] == k
                 });
-                let Reg::F(x) = self.regs[i].clone() else { unreachable!() };
+                let Reg::F(x) = self.regs[i].clone() else {
+                    unreachable!()
+                };
                 let (y, what) = match j {
                     Some(j) => {
-                        let Reg::F(y) = self.regs[j].clone() else { unreachable!() };
+                        let Reg::F(y) = self.regs[j].clone() else {
+                            unreachable!()
+                        };
                         (y, "matmul")
                     }
                     None => (x.clone().transpose(), "matmul with own transpose"),
@@ -576,7 +717,11 @@ impl<B: Backend> Machine<B> {
                     .find(|&k| dims[k] > 1)
                     .unwrap();
                 let mut ranges = [0..dims[0], 0..dims[1], 0..dims[2]];
-                ranges[d] = if from_start { 0..dims[d] - 1 } else { 1..dims[d] };
+                ranges[d] = if from_start {
+                    0..dims[d] - 1
+                } else {
+                    1..dims[d]
+                };
                 let r = match self.regs[i].clone() {
                     Reg::F(t) => Reg::F(t.slice(ranges)),
                     Reg::I(t) => Reg::I(t.slice(ranges)),
@@ -586,7 +731,9 @@ impl<B: Backend> Machine<B> {
                 "slice"
             }
             Inst::Reduce { a, dim, mean } => {
-                let Some(i) = self.find_numeric(a) else { return "skip" };
+                let Some(i) = self.find_numeric(a) else {
+                    return "skip";
+                };
                 let d = dim as usize % 3;
                 let r = match self.regs[i].clone() {
                     Reg::F(t) => Reg::F(if mean { t.mean_dim(d) } else { t.sum_dim(d) }),
@@ -597,7 +744,9 @@ impl<B: Backend> Machine<B> {
                 "reduce"
             }
             Inst::Compare { op, a, b } => {
-                let Some(i) = self.find_numeric(a) else { return "skip" };
+                let Some(i) = self.find_numeric(a) else {
+                    return "skip";
+                };
                 let j = self.partner(i, b);
                 let m = match (self.regs[i].clone(), self.regs[j].clone()) {
                     (Reg::F(x), Reg::F(y)) => match op {
@@ -618,13 +767,17 @@ impl<B: Backend> Machine<B> {
                 "compare"
             }
             Inst::MaskWhere { m, a, b } => {
-                let Some(i) = self.find_numeric(a) else { return "skip" };
+                let Some(i) = self.find_numeric(a) else {
+                    return "skip";
+                };
                 let j = self.partner(i, b);
                 let dims = self.regs[i].dims();
                 let mask = self.find(m, |r| r.kind() == Kind::B && r.dims() == dims);
                 let (mask, what) = match mask {
                     Some(k) => {
-                        let Reg::B(mask) = self.regs[k].clone() else { unreachable!() };
+                        let Reg::B(mask) = self.regs[k].clone() else {
+                            unreachable!()
+                        };
                         (mask, "mask_where")
                     }
                     None => (
@@ -645,12 +798,16 @@ impl<B: Backend> Machine<B> {
                 what
             }
             Inst::MaskFill { m, a, v } => {
-                let Some(k) = self.find(m, |r| r.kind() == Kind::B) else { return "skip" };
+                let Some(k) = self.find(m, |r| r.kind() == Kind::B) else {
+                    return "skip";
+                };
                 let dims = self.regs[k].dims();
                 let Some(i) = self.find(a, |r| r.kind() != Kind::B && r.dims() == dims) else {
                     return "skip";
                 };
-                let Reg::B(mask) = self.regs[k].clone() else { unreachable!() };
+                let Reg::B(mask) = self.regs[k].clone() else {
+                    unreachable!()
+                };
                 let r = match self.operand(i, false) {
                     Reg::F(t) => Reg::F(t.mask_fill(mask, v as f32 / 8.0)),
                     Reg::I(t) => Reg::I(t.mask_fill(mask, v as i64)),
@@ -670,8 +827,13 @@ impl<B: Backend> Machine<B> {
                         "float to int",
                     ),
                     Reg::F(t) => (Reg::F(t.cast(FLOATS[to as usize % 4])), "float to float"),
-                    Reg::I(t) if to % 2 == 0 => (Reg::I(t.cast(INTS[(to / 2) as usize % 2])), "int to int"),
-                    Reg::I(t) => (Reg::F(t.cast(FLOATS[(to / 2) as usize % 3])), "int to float"),
+                    Reg::I(t) if to % 2 == 0 => {
+                        (Reg::I(t.cast(INTS[(to / 2) as usize % 2])), "int to int")
+                    }
+                    Reg::I(t) => (
+                        Reg::F(t.cast(FLOATS[(to / 2) as usize % 3])),
+                        "int to float",
+                    ),
                     Reg::B(t) if to % 2 == 0 => (Reg::I(t.int()), "bool to int"),
                     Reg::B(t) => (Reg::F(t.float()), "bool to float"),
                 };
@@ -679,7 +841,9 @@ impl<B: Backend> Machine<B> {
                 what
             }
             Inst::Argmax { a, dim } => {
-                let Some(i) = self.find_numeric(a) else { return "skip" };
+                let Some(i) = self.find_numeric(a) else {
+                    return "skip";
+                };
                 let d = dim as usize % 3;
                 let r = match self.regs[i].clone() {
                     Reg::F(t) => t.argmax(d),
@@ -690,7 +854,9 @@ impl<B: Backend> Machine<B> {
                 "argmax"
             }
             Inst::Bools { op, a, b } => {
-                let Some(i) = self.find(a, |r| r.kind() == Kind::B) else { return "skip" };
+                let Some(i) = self.find(a, |r| r.kind() == Kind::B) else {
+                    return "skip";
+                };
                 let j = self.partner(i, b);
                 let (Reg::B(x), Reg::B(y)) = (self.regs[i].clone(), self.regs[j].clone()) else {
                     unreachable!()
@@ -712,7 +878,9 @@ impl<B: Backend> Machine<B> {
                 "clone"
             }
             Inst::CloneMutate { a, b } => {
-                let Some(i) = self.find_numeric(a) else { return "skip" };
+                let Some(i) = self.find_numeric(a) else {
+                    return "skip";
+                };
                 let j = self.partner(i, b);
                 let before = self.regs[i].clone().read();
                 // The clone shares the handle with register `i`; adding consumes it, which must
@@ -774,7 +942,9 @@ impl<B: Backend> Machine<B> {
                     return "skip";
                 }
                 let r = self.regs.remove(a as usize % self.regs.len());
-                std::thread::spawn(move || drop(r)).join().expect("drop on another thread");
+                std::thread::spawn(move || drop(r))
+                    .join()
+                    .expect("drop on another thread");
                 "drop on another thread"
             }
             Inst::ReadMany { a, b, c } => {
@@ -794,8 +964,12 @@ impl<B: Backend> Machine<B> {
                 "transaction"
             }
             Inst::MaxWithIndices { a, dim } => {
-                let Some(i) = self.find(a, |r| r.kind() == Kind::F) else { return "skip" };
-                let Reg::F(t) = self.regs[i].clone() else { unreachable!() };
+                let Some(i) = self.find(a, |r| r.kind() == Kind::F) else {
+                    return "skip";
+                };
+                let Reg::F(t) = self.regs[i].clone() else {
+                    unreachable!()
+                };
                 let (values, indices) = t.max_dim_with_indices(dim as usize % 3);
                 self.push(Reg::F(values));
                 self.push(Reg::I(indices));
@@ -876,8 +1050,15 @@ fn run_grad<B: AutodiffBackend>(program: &[Inst]) -> Outcome {
 const UNLIMITED: Option<u64> = None;
 
 fn compare(what: &str, plain: &Outcome, spill: &Outcome) {
-    assert_eq!(plain.log, spill.log, "{what}: the runs executed different programs");
-    assert_eq!(plain.data.len(), spill.data.len(), "{what}: number of reads");
+    assert_eq!(
+        plain.log, spill.log,
+        "{what}: the runs executed different programs"
+    );
+    assert_eq!(
+        plain.data.len(),
+        spill.data.len(),
+        "{what}: number of reads"
+    );
     for (k, (p, s)) in plain.data.iter().zip(&spill.data).enumerate() {
         assert_same_data(p, s, &format!("{what}: read {k}"));
     }
@@ -912,16 +1093,32 @@ fn configured_with(
     let after = Spill::stats(&dev);
     let live = Spill::live(&dev);
     let what = format!("budget {budget:?}, host limit {host:?}");
-    assert_eq!((live.tensors, live.bytes), (0, 0), "{what}: tensors left alive");
     assert_eq!(
-        (after.resident.device, after.resident.host, after.resident.disk),
+        (live.tensors, live.bytes),
+        (0, 0),
+        "{what}: tensors left alive"
+    );
+    assert_eq!(
+        (
+            after.resident.device,
+            after.resident.host,
+            after.resident.disk
+        ),
         (0, 0, 0),
         "{what}: bytes left on a tier"
     );
     assert_eq!(after.live_tensors, 0, "{what}: live tensors in stats");
-    assert_eq!(after.disk_write_errors, before.disk_write_errors, "{what}: disk write errors");
+    assert_eq!(
+        after.disk_write_errors, before.disk_write_errors,
+        "{what}: disk write errors"
+    );
     let moved = |s: &burn_spill::SpillStats| {
-        (s.device_to_host.count, s.host_to_device.count, s.host_to_disk.count, s.disk_to_device.count)
+        (
+            s.device_to_host.count,
+            s.host_to_device.count,
+            s.host_to_disk.count,
+            s.disk_to_device.count,
+        )
     };
     if !moves {
         return out;
@@ -954,7 +1151,12 @@ fn configured_with(
 }
 
 fn budgets(plain: &Outcome) -> [Option<u64>; 4] {
-    [Some(0), Some(64), Some((plain.peak_bytes / 2).max(1)), UNLIMITED]
+    [
+        Some(0),
+        Some(64),
+        Some((plain.peak_bytes / 2).max(1)),
+        UNLIMITED,
+    ]
 }
 
 fn check_program(program: &[Inst]) {
@@ -963,11 +1165,19 @@ fn check_program(program: &[Inst]) {
     let unconfigured = run::<Spill>(program);
     compare("unconfigured", &plain, &unconfigured);
     let live = Spill::live(&Default::default());
-    assert_eq!((live.tensors, live.bytes), (0, 0), "unconfigured: tensors left alive");
+    assert_eq!(
+        (live.tensors, live.bytes),
+        (0, 0),
+        "unconfigured: tensors left alive"
+    );
     for budget in budgets(&plain) {
         for host in [UNLIMITED, Some(0)] {
             let spill = configured(budget, host, || run::<Spill>(program));
-            compare(&format!("budget {budget:?}, host limit {host:?}"), &plain, &spill);
+            compare(
+                &format!("budget {budget:?}, host limit {host:?}"),
+                &plain,
+                &spill,
+            );
         }
     }
 }
@@ -979,7 +1189,9 @@ fn check_program_mixed_tiers(program: &[Inst], budget: u64, host: u64, grad: boo
     let what = format!("budget {budget}, host limit {host}, autodiff {grad}");
     if grad {
         let plain = run_grad::<Autodiff<Plain>>(program);
-        let spill = configured_with(Some(budget), Some(host), false, || run_grad::<Autodiff<Spill>>(program));
+        let spill = configured_with(Some(budget), Some(host), false, || {
+            run_grad::<Autodiff<Spill>>(program)
+        });
         compare(&what, &plain, &spill);
     } else {
         let plain = run::<Plain>(program);
@@ -994,7 +1206,11 @@ fn check_program_grad(program: &[Inst]) {
     for budget in budgets(&plain) {
         for host in [UNLIMITED, Some(0)] {
             let spill = configured(budget, host, || run_grad::<Autodiff<Spill>>(program));
-            compare(&format!("autodiff, budget {budget:?}, host limit {host:?}"), &plain, &spill);
+            compare(
+                &format!("autodiff, budget {budget:?}, host limit {host:?}"),
+                &plain,
+                &spill,
+            );
         }
     }
 }
@@ -1002,7 +1218,10 @@ fn check_program_grad(program: &[Inst]) {
 /// Cases per property: 128 by default (about five seconds in debug); `TIERS_PROGRAMS_CASES=5000` for a
 /// long hunt.
 fn cases() -> u32 {
-    std::env::var("TIERS_PROGRAMS_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(128)
+    std::env::var("TIERS_PROGRAMS_CASES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(128)
 }
 
 proptest! {
@@ -1040,29 +1259,100 @@ proptest! {
 fn a_program_with_every_instruction() {
     let f = |i, via_cast| Ty::Float { i, via_cast };
     let program = vec![
-        Inst::Create { ty: f(0, false), shape: 2, seed: 1 },
-        Inst::Create { ty: f(0, false), shape: 2, seed: 2 },
-        Inst::Create { ty: f(1, true), shape: 1, seed: 3 },
-        Inst::Create { ty: f(2, false), shape: 1, seed: 4 },
-        Inst::Create { ty: Ty::Int { i: 0 }, shape: 2, seed: 5 },
-        Inst::Create { ty: Ty::Int { i: 1 }, shape: 2, seed: 6 },
-        Inst::Create { ty: Ty::Bool, shape: 2, seed: 7 },
-        Inst::Unary { op: Unary::SqrtAbs, a: 0, keep: true },
-        Inst::Unary { op: Unary::Exp, a: 2, keep: false },
-        Inst::Binary { op: Binary::Add, a: 0, b: 1, keep: false },
-        Inst::Binary { op: Binary::Max, a: 4, b: 5, keep: true },
-        Inst::Scalar { op: ScalarOp::Mul, a: 0, v: -3, keep: false },
+        Inst::Create {
+            ty: f(0, false),
+            shape: 2,
+            seed: 1,
+        },
+        Inst::Create {
+            ty: f(0, false),
+            shape: 2,
+            seed: 2,
+        },
+        Inst::Create {
+            ty: f(1, true),
+            shape: 1,
+            seed: 3,
+        },
+        Inst::Create {
+            ty: f(2, false),
+            shape: 1,
+            seed: 4,
+        },
+        Inst::Create {
+            ty: Ty::Int { i: 0 },
+            shape: 2,
+            seed: 5,
+        },
+        Inst::Create {
+            ty: Ty::Int { i: 1 },
+            shape: 2,
+            seed: 6,
+        },
+        Inst::Create {
+            ty: Ty::Bool,
+            shape: 2,
+            seed: 7,
+        },
+        Inst::Unary {
+            op: Unary::SqrtAbs,
+            a: 0,
+            keep: true,
+        },
+        Inst::Unary {
+            op: Unary::Exp,
+            a: 2,
+            keep: false,
+        },
+        Inst::Binary {
+            op: Binary::Add,
+            a: 0,
+            b: 1,
+            keep: false,
+        },
+        Inst::Binary {
+            op: Binary::Max,
+            a: 4,
+            b: 5,
+            keep: true,
+        },
+        Inst::Scalar {
+            op: ScalarOp::Mul,
+            a: 0,
+            v: -3,
+            keep: false,
+        },
         Inst::Matmul { a: 0, b: 1 },
-        Inst::Reshape { a: 0, to: 3, keep: true },
+        Inst::Reshape {
+            a: 0,
+            to: 3,
+            keep: true,
+        },
         Inst::SwapDims { a: 1, pair: 1 },
-        Inst::Slice { a: 1, dim: 2, from_start: false },
-        Inst::Reduce { a: 0, dim: 1, mean: true },
-        Inst::Compare { op: Cmp::Greater, a: 0, b: 1 },
+        Inst::Slice {
+            a: 1,
+            dim: 2,
+            from_start: false,
+        },
+        Inst::Reduce {
+            a: 0,
+            dim: 1,
+            mean: true,
+        },
+        Inst::Compare {
+            op: Cmp::Greater,
+            a: 0,
+            b: 1,
+        },
         Inst::MaskWhere { m: 6, a: 0, b: 1 },
         Inst::MaskFill { m: 6, a: 4, v: 9 },
         Inst::Cast { a: 2, to: 1 },
         Inst::Argmax { a: 0, dim: 2 },
-        Inst::Bools { op: BoolOp::And, a: 6, b: 6 },
+        Inst::Bools {
+            op: BoolOp::And,
+            a: 6,
+            b: 6,
+        },
         Inst::Clone { a: 0 },
         Inst::CloneMutate { a: 0, b: 1 },
         Inst::Read { a: 3, keep: true },
@@ -1082,13 +1372,25 @@ fn the_register_file_holds_spill_handles_that_really_move() {
     // The property tests would pass vacuously if registers never left the device; look at one.
     let _device = Exclusive::take();
     let dev = Default::default();
-    Spill::configure(&dev, SpillConfig::default().device_budget_bytes(0).unlimited_host()).unwrap();
+    Spill::configure(
+        &dev,
+        SpillConfig::default()
+            .device_budget_bytes(0)
+            .unlimited_host(),
+    )
+    .unwrap();
     let a = Tensor::<Spill, 3>::from_data(TensorData::new(vec![1.0f32; 4], [1, 1, 4]), &dev);
     let b = a.clone().exp();
     let on = |t: &Tensor<Spill, 3>| t.clone().into_primitive().tensor().residency();
     assert_eq!(on(&a), burn_spill::Tier::Host);
     assert_eq!(on(&b), burn_spill::Tier::Host);
-    Spill::configure(&dev, SpillConfig::default().device_budget_bytes(0).host_limit_bytes(0)).unwrap();
+    Spill::configure(
+        &dev,
+        SpillConfig::default()
+            .device_budget_bytes(0)
+            .host_limit_bytes(0),
+    )
+    .unwrap();
     let c = b.clone() + a.clone();
     assert_eq!(on(&c), burn_spill::Tier::Disk);
     assert_eq!(on(&a), burn_spill::Tier::Disk);

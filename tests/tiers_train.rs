@@ -69,7 +69,12 @@ fn gpt<B: burn::tensor::backend::AutodiffBackend>(
 
 /// Trains plain, measures the spilled run's unlimited device peak, then trains at 30% of it
 /// (host tier unlimited, or capped at `host_limit`) and checks results and the peak.
-fn at_30_percent(plain: Trainer, spilled: Trainer, batch: usize, host_limit: Option<u64>) -> SpillStats {
+fn at_30_percent(
+    plain: Trainer,
+    spilled: Trainer,
+    batch: usize,
+    host_limit: Option<u64>,
+) -> SpillStats {
     let _device = Exclusive::take();
     let device = Default::default();
     let reference = plain(&device, 5, batch, &mut |_| {});
@@ -112,9 +117,15 @@ fn at_30_percent(plain: Trainer, spilled: Trainer, batch: usize, host_limit: Opt
     );
 
     assert_identical(&reference, &run);
-    assert!(stats.device_to_host.count > before.device_to_host.count, "nothing was spilled");
-    assert!(stats.host_to_device.count + stats.disk_to_device.count
-        > before.host_to_device.count + before.disk_to_device.count, "nothing was restored");
+    assert!(
+        stats.device_to_host.count > before.device_to_host.count,
+        "nothing was spilled"
+    );
+    assert!(
+        stats.host_to_device.count + stats.disk_to_device.count
+            > before.host_to_device.count + before.disk_to_device.count,
+        "nothing was restored"
+    );
     assert_eq!(
         stats.estimate_misses, warm.estimate_misses,
         "after the warm-up step every op's output size is known"
@@ -150,35 +161,58 @@ fn cnn_trains_identically_with_the_host_tier_capped_to_disk() {
 fn ledger_is_empty_after_a_budgeted_run() {
     let _device = Exclusive::take();
     let device = Default::default();
-    SpillBackend::<Flex>::configure(&device, SpillConfig::default().device_budget_bytes(0).host_limit_bytes(0))
-        .unwrap();
+    SpillBackend::<Flex>::configure(
+        &device,
+        SpillConfig::default()
+            .device_budget_bytes(0)
+            .host_limit_bytes(0),
+    )
+    .unwrap();
     let run = cnn::<Spilled>(&device, 2, 4, &mut |_| {});
     drop(run);
     let live = SpillBackend::<Flex>::live(&device);
     let stats = SpillBackend::<Flex>::stats(&device);
     assert_eq!((live.tensors, live.bytes), (0, 0));
-    assert_eq!((stats.resident.device, stats.resident.host, stats.resident.disk), (0, 0, 0));
+    assert_eq!(
+        (
+            stats.resident.device,
+            stats.resident.host,
+            stats.resident.disk
+        ),
+        (0, 0, 0)
+    );
     let file = SpillBackend::<Flex>::spill_file(&device).expect("a disk tier");
-    assert_eq!(std::fs::metadata(file).unwrap().len(), 0, "every record was freed");
+    assert_eq!(
+        std::fs::metadata(file).unwrap().len(),
+        0,
+        "every record was freed"
+    );
 }
 
 #[test]
 fn spilled_parameters_are_told_apart() {
     let _device = Exclusive::take();
     let device = Default::default();
-    SpillBackend::<Flex>::configure(&device, SpillConfig::default().device_budget_bytes(0)).unwrap();
+    SpillBackend::<Flex>::configure(&device, SpillConfig::default().device_budget_bytes(0))
+        .unwrap();
     let model = SmallCnn::<SpillBackend<Flex>>::new(&device);
     let (images, _) = cnn_batch::<SpillBackend<Flex>>(2, 0, &device);
     let _logits = model.forward(images);
     let stats = SpillBackend::<Flex>::stats(&device);
     let live = SpillBackend::<Flex>::live(&device);
-    assert!(live.parameter_tensors > 0, "parameters made at init are tagged");
+    assert!(
+        live.parameter_tensors > 0,
+        "parameters made at init are tagged"
+    );
     assert_eq!(stats.parameter_tensors, live.parameter_tensors);
     // Budget 0: after the forward every parameter is off the device, counted as a parameter.
     assert_eq!(stats.parameter_resident.device, 0);
     assert_eq!(stats.spilled_parameter_bytes, live.parameter_bytes);
     assert_eq!(stats.parameter_resident.host, live.parameter_bytes);
-    assert!(stats.spilled_other_bytes > 0, "activations are counted apart");
+    assert!(
+        stats.spilled_other_bytes > 0,
+        "activations are counted apart"
+    );
     assert_eq!(
         stats.spilled_other_bytes + stats.spilled_parameter_bytes,
         stats.resident.host + stats.resident.disk

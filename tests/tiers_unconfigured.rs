@@ -25,8 +25,15 @@ fn program<B: Backend>(device: &B::Device) -> TensorData {
 fn unconfigured_device_moves_nothing() {
     let device: Device<Spill> = Default::default();
     let before = Spill::stats(&device);
-    assert_eq!((before.device_budget_bytes, before.host_limit_bytes), (None, None));
-    assert_same_data(&program::<Plain>(&Default::default()), &program::<Spill>(&device), "unconfigured");
+    assert_eq!(
+        (before.device_budget_bytes, before.host_limit_bytes),
+        (None, None)
+    );
+    assert_same_data(
+        &program::<Plain>(&Default::default()),
+        &program::<Spill>(&device),
+        "unconfigured",
+    );
     let after = Spill::stats(&device);
     assert_eq!(after.device_to_host, before.device_to_host);
     assert_eq!(after.host_to_device, before.host_to_device);
@@ -35,7 +42,10 @@ fn unconfigured_device_moves_nothing() {
     assert_eq!(after.device_to_host.count, 0);
     assert_eq!((after.over_budget_ops, after.disk_write_errors), (0, 0));
     assert_eq!((after.resident.host, after.resident.disk), (0, 0));
-    assert!(after.peak.device > 0, "the ledger still counts device bytes");
+    assert!(
+        after.peak.device > 0,
+        "the ledger still counts device bytes"
+    );
     assert_eq!(Spill::spill_file(&device), None);
     let live = Spill::live(&device);
     assert_eq!((live.tensors, live.bytes), (0, 0));

@@ -43,32 +43,80 @@ macro_rules! spill_ty {
 
 /// Tells the op scope about the tensors an argument of a kind holds.
 macro_rules! spill_note {
-    (Float, $x:expr, $op:ident) => { $op.input(&$x) };
-    (Int, $x:expr, $op:ident) => { $op.input(&$x) };
-    (Bool, $x:expr, $op:ident) => { $op.input(&$x) };
-    (Quant, $x:expr, $op:ident) => { $op.input(&$x) };
-    (OptFloat, $x:expr, $op:ident) => { if let Some(t) = &$x { $op.input(t) } };
-    (OptBool, $x:expr, $op:ident) => { if let Some(t) = &$x { $op.input(t) } };
-    (VecFloat, $x:expr, $op:ident) => { for t in &$x { $op.input(t) } };
-    (VecInt, $x:expr, $op:ident) => { for t in &$x { $op.input(t) } };
-    (VecBool, $x:expr, $op:ident) => { for t in &$x { $op.input(t) } };
-    (VecQuant, $x:expr, $op:ident) => { for t in &$x { $op.input(t) } };
+    (Float, $x:expr, $op:ident) => {
+        $op.input(&$x)
+    };
+    (Int, $x:expr, $op:ident) => {
+        $op.input(&$x)
+    };
+    (Bool, $x:expr, $op:ident) => {
+        $op.input(&$x)
+    };
+    (Quant, $x:expr, $op:ident) => {
+        $op.input(&$x)
+    };
+    (OptFloat, $x:expr, $op:ident) => {
+        if let Some(t) = &$x {
+            $op.input(t)
+        }
+    };
+    (OptBool, $x:expr, $op:ident) => {
+        if let Some(t) = &$x {
+            $op.input(t)
+        }
+    };
+    (VecFloat, $x:expr, $op:ident) => {
+        for t in &$x {
+            $op.input(t)
+        }
+    };
+    (VecInt, $x:expr, $op:ident) => {
+        for t in &$x {
+            $op.input(t)
+        }
+    };
+    (VecBool, $x:expr, $op:ident) => {
+        for t in &$x {
+            $op.input(t)
+        }
+    };
+    (VecQuant, $x:expr, $op:ident) => {
+        for t in &$x {
+            $op.input(t)
+        }
+    };
     (Prim, $x:expr, $op:ident) => {
         match &$x {
             ::burn_backend::TensorPrimitive::Float(t) => $op.input(t),
             ::burn_backend::TensorPrimitive::QFloat(t) => $op.input(t),
         }
     };
-    (QParams, $x:expr, $op:ident) => { $op.input(&$x.scales) };
+    (QParams, $x:expr, $op:ident) => {
+        $op.input(&$x.scales)
+    };
     // What decides the size of a created tensor, so that its estimate is learned per size.
-    ({Shape}, $x:expr, $op:ident) => { $op.hint(&$x.num_elements()) };
-    ({TensorData}, $x:expr, $op:ident) => { $op.hint(&$x.bytes.len()) };
-    ({FloatDType}, $x:expr, $op:ident) => { $op.hint(&$x) };
-    ({IntDType}, $x:expr, $op:ident) => { $op.hint(&$x) };
-    ({BoolDType}, $x:expr, $op:ident) => { $op.hint(&$x) };
+    ({Shape}, $x:expr, $op:ident) => {
+        $op.hint(&$x.num_elements())
+    };
+    ({TensorData}, $x:expr, $op:ident) => {
+        $op.hint(&$x.bytes.len())
+    };
+    ({FloatDType}, $x:expr, $op:ident) => {
+        $op.hint(&$x)
+    };
+    ({IntDType}, $x:expr, $op:ident) => {
+        $op.hint(&$x)
+    };
+    ({BoolDType}, $x:expr, $op:ident) => {
+        $op.hint(&$x)
+    };
     // Ops that create tensors have no input to tell the device; their device argument does.
-    ({&B::Device}, $x:expr, $op:ident) => { $op.device($x) };
-    ({$($ty:tt)*}, $x:expr, $op:ident) => { () };
+    ({&B::Device}, $x:expr, $op:ident) => {
+        $op.device($x)
+    };
+    ({$($ty:tt)*}, $x:expr, $op:ident) => {
+        ()
+    };
 }
 
 /// Turns an argument of a kind into what `B`'s method takes.
@@ -105,8 +153,12 @@ macro_rules! spill_unwrap {
     };
     (Prim, $x:expr, $op:ident) => {
         match $x {
-            ::burn_backend::TensorPrimitive::Float(t) => ::burn_backend::TensorPrimitive::Float($op.take_float(t)),
-            ::burn_backend::TensorPrimitive::QFloat(t) => ::burn_backend::TensorPrimitive::QFloat($op.take_quantized(t)),
+            ::burn_backend::TensorPrimitive::Float(t) => {
+                ::burn_backend::TensorPrimitive::Float($op.take_float(t))
+            }
+            ::burn_backend::TensorPrimitive::QFloat(t) => {
+                ::burn_backend::TensorPrimitive::QFloat($op.take_quantized(t))
+            }
         }
     };
     (QParams, $x:expr, $op:ident) => {
@@ -180,8 +232,12 @@ macro_rules! spill_wrap {
             x_grad: $op.output($crate::SpillTensor::<B>::from_float(out.x_grad)),
             offset_grad: $op.output($crate::SpillTensor::<B>::from_float(out.offset_grad)),
             weight_grad: $op.output($crate::SpillTensor::<B>::from_float(out.weight_grad)),
-            mask_grad: out.mask_grad.map(|t| $op.output($crate::SpillTensor::<B>::from_float(t))),
-            bias_grad: out.bias_grad.map(|t| $op.output($crate::SpillTensor::<B>::from_float(t))),
+            mask_grad: out
+                .mask_grad
+                .map(|t| $op.output($crate::SpillTensor::<B>::from_float(t))),
+            bias_grad: out
+                .bias_grad
+                .map(|t| $op.output($crate::SpillTensor::<B>::from_float(t))),
         }
     }};
     ({$($ty:tt)*}, $x:expr, $op:ident) => {

@@ -15,13 +15,13 @@ impl HostTensor {
     /// the dtype's), which is what backends reinterpret the bytes with; zeroed memory comes
     /// from the allocator's zero pages, so it costs no pass over the bytes.
     pub(crate) fn zeroed(len: usize, shape: Shape, dtype: DType) -> Self {
-        let bytes = if len % 16 == 0 {
+        let bytes = if len.is_multiple_of(16) {
             Bytes::from_elems(vec![0u128; len / 16])
-        } else if len % 8 == 0 {
+        } else if len.is_multiple_of(8) {
             Bytes::from_elems(vec![0u64; len / 8])
-        } else if len % 4 == 0 {
+        } else if len.is_multiple_of(4) {
             Bytes::from_elems(vec![0u32; len / 4])
-        } else if len % 2 == 0 {
+        } else if len.is_multiple_of(2) {
             Bytes::from_elems(vec![0u16; len / 2])
         } else {
             Bytes::from_elems(vec![0u8; len])
@@ -90,7 +90,11 @@ pub(crate) fn read_to_host<B: Backend>(
 /// Flex's `into_data` of a tensor whose buffer is shared (as it is while the handle keeps its
 /// primitive) copies twice; a contiguous Flex tensor's bytes are read here with one copy. The
 /// result is what `into_data` returns: the contiguous bytes, the shape and the dtype.
-fn copy_flex<B: Backend>(primitive: &Primitive<B>, dtype: DType, shape: &Shape) -> Option<TensorData> {
+fn copy_flex<B: Backend>(
+    primitive: &Primitive<B>,
+    dtype: DType,
+    shape: &Shape,
+) -> Option<TensorData> {
     #[cfg(feature = "flex")]
     {
         use std::any::Any;
@@ -108,7 +112,11 @@ fn copy_flex<B: Backend>(primitive: &Primitive<B>, dtype: DType, shape: &Shape) 
         let start = tensor.layout().start_offset() * size;
         let len = shape.num_elements() * size;
         let bytes = tensor.bytes().get(start..start + len)?;
-        Some(TensorData::from_bytes(aligned_copy(bytes), shape.clone(), dtype))
+        Some(TensorData::from_bytes(
+            aligned_copy(bytes),
+            shape.clone(),
+            dtype,
+        ))
     }
     #[cfg(not(feature = "flex"))]
     {

@@ -161,7 +161,9 @@ impl<B: Backend> OpScope<B> {
 
 impl<B: Backend> Drop for OpScope<B> {
     fn drop(&mut self) {
-        let Some(engine) = self.engine.take() else { return };
+        let Some(engine) = self.engine.take() else {
+            return;
+        };
         let ticket = self.ticket.take();
         if std::thread::panicking() {
             // The op failed: release the pins, move nothing.

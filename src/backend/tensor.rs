@@ -9,9 +9,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, TryLockError, Weak};
 
 use burn_backend::quantization::QuantScheme;
-use burn_backend::{
-    Backend, DType, QTensorPrimitive, Shape, TensorData, TensorMetadata,
-};
+use burn_backend::{Backend, DType, QTensorPrimitive, Shape, TensorData, TensorMetadata};
 use burn_std::quantization::{QuantAcc, QuantPropagation};
 
 use super::device::{device_key, persistent_allocation_active};
@@ -204,7 +202,8 @@ impl<B: Backend> Drop for Handle<B> {
             self.state.get_mut().unwrap_or_else(|e| e.into_inner()),
             Residency::Taken,
         );
-        self.engine.drop_slot(state, self.bytes, self.role, self.evictable);
+        self.engine
+            .drop_slot(state, self.bytes, self.role, self.evictable);
         if *self.indexed.get_mut() {
             self.engine.unregister(self.id);
         }
@@ -213,14 +212,18 @@ impl<B: Backend> Drop for Handle<B> {
 
 impl<B: Backend> Spillable for Handle<B> {
     fn evict_to_host(&self, engine: &DeviceEngine) -> bool {
-        let Some(mut state) = self.try_lock() else { return false };
+        let Some(mut state) = self.try_lock() else {
+            return false;
+        };
         engine.evict_slot(&mut state, self.info(""), |primitive| {
             read_to_host::<B>(primitive, self.dtype, &self.shape)
         })
     }
 
     fn demote_to_disk(&self, engine: &DeviceEngine) -> bool {
-        let Some(mut state) = self.try_lock() else { return false };
+        let Some(mut state) = self.try_lock() else {
+            return false;
+        };
         let meta = self.meta();
         engine.demote_slot(&mut state, self.info(&meta))
     }
@@ -436,7 +439,11 @@ impl<B: Backend> SpillTensor<B> {
 
     /// The primitive of a tensor read outside the forwarding tables (reads, transactions): the
     /// read runs in its own op scope, so a restore stays within the budget.
-    fn read_in_scope<T>(self, name: &'static str, take: impl FnOnce(&mut OpScope<B>, Self) -> T) -> T {
+    fn read_in_scope<T>(
+        self,
+        name: &'static str,
+        take: impl FnOnce(&mut OpScope<B>, Self) -> T,
+    ) -> T {
         let mut op = OpScope::new(name);
         op.input(&self);
         op.begin();

@@ -114,14 +114,18 @@ impl DeviceEngine {
 
     /// The limits in force.
     pub fn limits(&self) -> Limits {
-        self.limits.read().unwrap_or_else(|e| e.into_inner()).clone()
+        self.limits
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
     }
 
     /// Installs new limits. The disk store is created when the host tier is capped or a spill
     /// directory was given (so a bad directory is reported now, not mid-training); `spill_base`
     /// `None` means the system temp dir.
     pub fn apply(&self, limits: Limits, spill_base: Option<&Path>) -> Result<(), SpillError> {
-        let wants_disk = limits.budget.is_some() && (limits.host_limit.is_some() || spill_base.is_some());
+        let wants_disk =
+            limits.budget.is_some() && (limits.host_limit.is_some() || spill_base.is_some());
         {
             let mut disk = lock(&self.disk);
             let base = spill_base.map_or_else(std::env::temp_dir, Path::to_path_buf);
@@ -148,7 +152,8 @@ impl DeviceEngine {
                 *disk = None;
             }
         }
-        self.tracking.store(limits.budget.is_some(), Ordering::Relaxed);
+        self.tracking
+            .store(limits.budget.is_some(), Ordering::Relaxed);
         *self.limits.write().unwrap_or_else(|e| e.into_inner()) = limits;
         self.ledger.reset_peaks();
         self.settle();
@@ -167,7 +172,9 @@ impl DeviceEngine {
 
     /// The spill file, once one exists.
     pub fn spill_file(&self) -> Option<PathBuf> {
-        lock(&self.disk).as_ref().map(|(_, s)| s.file_path().to_path_buf())
+        lock(&self.disk)
+            .as_ref()
+            .map(|(_, s)| s.file_path().to_path_buf())
     }
 
     /// Test hook: the next `n` spill-file writes fail as if the disk were full.
@@ -206,7 +213,9 @@ impl DeviceEngine {
             for input in inputs {
                 input.bytes.hash(&mut hasher);
                 if input.evictable {
-                    index.insert_or_touch(input.id, input.bytes, input.tier, tick, || input.victim.clone());
+                    index.insert_or_touch(input.id, input.bytes, input.tier, tick, || {
+                        input.victim.clone()
+                    });
                     index.pin(input.id);
                 }
                 if ids.contains(&input.id) {
@@ -225,7 +234,10 @@ impl DeviceEngine {
             }
         }
         let signature = hasher.finish();
-        let estimate = lock(&self.estimates).get(&signature).copied().unwrap_or(largest);
+        let estimate = lock(&self.estimates)
+            .get(&signature)
+            .copied()
+            .unwrap_or(largest);
         if input_bytes > budget && limits.strict {
             self.finish_pins(&ids);
             panic!(
@@ -260,7 +272,9 @@ impl DeviceEngine {
             }
             for (i, out) in outputs.iter().enumerate() {
                 if out.evictable {
-                    index.insert_or_touch(out.id, out.bytes, Tier::Device, tick, || out.victim.clone());
+                    index.insert_or_touch(out.id, out.bytes, Tier::Device, tick, || {
+                        out.victim.clone()
+                    });
                 }
                 if !outputs[..i].iter().any(|o| o.id == out.id) {
                     output_bytes += out.bytes;
@@ -375,7 +389,9 @@ impl DeviceEngine {
     }
 
     fn spill_host_overflow(&self, limits: &Limits) {
-        let Some(limit) = limits.host_limit else { return };
+        let Some(limit) = limits.host_limit else {
+            return;
+        };
         let mut tried = HashSet::new();
         loop {
             let resident = self.ledger.resident(Tier::Host);
@@ -413,7 +429,9 @@ impl DeviceEngine {
         info: SlotInfo<'_>,
         read: impl FnOnce(&D) -> Result<H, String>,
     ) -> bool {
-        let Residency::Device(payload) = &*slot else { return false };
+        let Residency::Device(payload) = &*slot else {
+            return false;
+        };
         let start = Instant::now();
         match read(payload) {
             Ok(host) => {
@@ -432,11 +450,19 @@ impl DeviceEngine {
     }
 
     /// Host to disk. A write error leaves the tensor on the host (over the host limit).
-    pub fn demote_slot<D, H: AsRef<[u8]>>(&self, slot: &mut Residency<D, H>, info: SlotInfo<'_>) -> bool {
-        let Residency::Host(host) = &*slot else { return false };
+    pub fn demote_slot<D, H: AsRef<[u8]>>(
+        &self,
+        slot: &mut Residency<D, H>,
+        info: SlotInfo<'_>,
+    ) -> bool {
+        let Residency::Host(host) = &*slot else {
+            return false;
+        };
         let start = Instant::now();
         let mut disk = lock(&self.disk);
-        let Some((_, store)) = disk.as_mut() else { return false };
+        let Some((_, store)) = disk.as_mut() else {
+            return false;
+        };
         match store.write(info.id, info.meta, host.as_ref()) {
             Ok(record) => {
                 drop(disk);
@@ -486,7 +512,8 @@ impl DeviceEngine {
                     let (_, store) = disk.as_ref().unwrap_or_else(|| {
                         panic!("burn-spill: tensor {} is on disk but the device has no spill file; this is a bug", info.id)
                     });
-                    if let Err(error) = store.read_into(&record, info.id, info.meta, host.as_mut()) {
+                    if let Err(error) = store.read_into(&record, info.id, info.meta, host.as_mut())
+                    {
                         let file = store.file_path().display().to_string();
                         let offset = record.offset;
                         drop(disk);
@@ -521,7 +548,13 @@ impl DeviceEngine {
     }
 
     /// Accounts for a dropped tensor's bytes wherever they were, freeing its spill record.
-    pub fn drop_slot<D, H>(&self, slot: Residency<D, H>, bytes: u64, role: super::TensorRole, evictable: bool) {
+    pub fn drop_slot<D, H>(
+        &self,
+        slot: Residency<D, H>,
+        bytes: u64,
+        role: super::TensorRole,
+        evictable: bool,
+    ) {
         if !evictable {
             self.ledger.on_unevictable(bytes, false);
         }

@@ -167,7 +167,12 @@ impl DiskStore {
     /// Reads a record back, checking that it is the record of `id` with description `meta` and
     /// that the payload's CRC32 matches what was written.
     #[cfg(test)]
-    pub fn read(&self, record: &DiskRecord, id: TensorId, meta: &[u8]) -> Result<Vec<u8>, DiskReadError> {
+    pub fn read(
+        &self,
+        record: &DiskRecord,
+        id: TensorId,
+        meta: &[u8],
+    ) -> Result<Vec<u8>, DiskReadError> {
         let mut payload = vec![0u8; record.payload_len as usize];
         self.read_into(record, id, meta, &mut payload)?;
         Ok(payload)
@@ -202,7 +207,9 @@ impl DiskStore {
             return corrupt("dtype/shape description differs from the tensor's".into());
         }
         if u64_at(20) != record.payload_len || u32_at(28) != record.crc {
-            return corrupt("length or checksum in the header differs from what was written".into());
+            return corrupt(
+                "length or checksum in the header differs from what was written".into(),
+            );
         }
         if payload.len() as u64 != record.payload_len {
             return corrupt(format!(
@@ -287,8 +294,12 @@ const PARALLEL_CRC: usize = 4 << 20;
 /// Runs `io` over the chunks of `payload` in order (stopping at the first error) and returns
 /// its result with the CRC32 of the whole payload. Large payloads are hashed on a scoped thread
 /// beside the I/O, small ones chunk by chunk while each is still in cache.
-fn checksummed(payload: &[u8], mut io: impl FnMut(usize, &[u8]) -> io::Result<()>) -> (io::Result<()>, u32) {
-    let run = |io: &mut dyn FnMut(usize, &[u8]) -> io::Result<()>, hash: Option<&mut crc32fast::Hasher>| {
+fn checksummed(
+    payload: &[u8],
+    mut io: impl FnMut(usize, &[u8]) -> io::Result<()>,
+) -> (io::Result<()>, u32) {
+    let run = |io: &mut dyn FnMut(usize, &[u8]) -> io::Result<()>,
+               hash: Option<&mut crc32fast::Hasher>| {
         let mut hash = hash;
         for (i, chunk) in payload.chunks(CHUNK).enumerate() {
             if let Some(h) = hash.as_deref_mut() {
@@ -444,7 +455,10 @@ mod tests {
         let len = store.file_len();
         store.free(&a);
         let c = store.write(3, b"F32 [4]", &[9u8; 16]).unwrap();
-        assert_eq!(c.offset, a.offset, "a freed extent of the same size is reused");
+        assert_eq!(
+            c.offset, a.offset,
+            "a freed extent of the same size is reused"
+        );
         assert_eq!(store.file_len(), len);
         store.free(&b);
         store.free(&c);
@@ -456,9 +470,17 @@ mod tests {
     fn corruption_and_wrong_identity_are_caught() {
         let base = tempfile::tempdir().unwrap();
         let mut store = DiskStore::create(base.path()).unwrap();
-        let rec = store.write(5, b"I32 [2]", &[1, 2, 3, 4, 5, 6, 7, 8]).unwrap();
-        assert!(matches!(store.read(&rec, 6, b"I32 [2]"), Err(DiskReadError::Corrupt(_))));
-        assert!(matches!(store.read(&rec, 5, b"I64 [1]"), Err(DiskReadError::Corrupt(_))));
+        let rec = store
+            .write(5, b"I32 [2]", &[1, 2, 3, 4, 5, 6, 7, 8])
+            .unwrap();
+        assert!(matches!(
+            store.read(&rec, 6, b"I32 [2]"),
+            Err(DiskReadError::Corrupt(_))
+        ));
+        assert!(matches!(
+            store.read(&rec, 5, b"I64 [1]"),
+            Err(DiskReadError::Corrupt(_))
+        ));
         // Flip one payload byte on disk.
         let at = rec.offset + HEADER_LEN + 7 + 3;
         write_all_at(&store.file, &[0xFF], at).unwrap();
@@ -484,14 +506,19 @@ mod tests {
     fn large_records_hashed_beside_the_io_round_trip() {
         let base = tempfile::tempdir().unwrap();
         let mut store = DiskStore::create(base.path()).unwrap();
-        let payload: Vec<u8> = (0..PARALLEL_CRC + CHUNK + 7).map(|i| (i * 31 % 251) as u8).collect();
+        let payload: Vec<u8> = (0..PARALLEL_CRC + CHUNK + 7)
+            .map(|i| (i * 31 % 251) as u8)
+            .collect();
         let rec = store.write(1, b"m", &payload).unwrap();
         assert_eq!(rec.crc, crc32fast::hash(&payload));
         assert_eq!(store.read(&rec, 1, b"m").unwrap(), payload);
         // A flipped byte in the last chunk is caught by the parallel hash too.
         let at = rec.offset + HEADER_LEN + 1 + payload.len() as u64 - 3;
         write_all_at(&store.file, &[payload[payload.len() - 3] ^ 1], at).unwrap();
-        assert!(matches!(store.read(&rec, 1, b"m"), Err(DiskReadError::Corrupt(_))));
+        assert!(matches!(
+            store.read(&rec, 1, b"m"),
+            Err(DiskReadError::Corrupt(_))
+        ));
     }
 
     #[test]

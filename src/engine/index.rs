@@ -49,7 +49,14 @@ impl Index {
     }
 
     /// Adds a tensor, or marks it used now if present.
-    pub fn insert_or_touch(&mut self, id: TensorId, bytes: u64, tier: Tier, tick: u64, victim: impl FnOnce() -> Weak<dyn Spillable>) {
+    pub fn insert_or_touch(
+        &mut self,
+        id: TensorId,
+        bytes: u64,
+        tier: Tier,
+        tick: u64,
+        victim: impl FnOnce() -> Weak<dyn Spillable>,
+    ) {
         if self.entries.contains_key(&id) {
             self.touch(id, tick);
             return;
@@ -70,7 +77,9 @@ impl Index {
     }
 
     pub fn touch(&mut self, id: TensorId, tick: u64) {
-        let Some(entry) = self.entries.get_mut(&id) else { return };
+        let Some(entry) = self.entries.get_mut(&id) else {
+            return;
+        };
         let (old, tier) = (entry.last_use, entry.tier);
         entry.last_use = tick;
         if let Some(order) = self.order(tier) {
@@ -80,7 +89,9 @@ impl Index {
     }
 
     pub fn set_tier(&mut self, id: TensorId, tier: Tier) {
-        let Some(entry) = self.entries.get_mut(&id) else { return };
+        let Some(entry) = self.entries.get_mut(&id) else {
+            return;
+        };
         let (old_tier, last_use) = (entry.tier, entry.last_use);
         entry.tier = tier;
         if let Some(order) = self.order(old_tier) {
@@ -137,10 +148,7 @@ impl Index {
             }
             if let Some(victim) = entry.victim.upgrade() {
                 bytes += entry.bytes;
-                picked.push(Candidate {
-                    id,
-                    victim,
-                });
+                picked.push(Candidate { id, victim });
             }
         }
         picked
@@ -163,7 +171,9 @@ mod tests {
 
     #[test]
     fn coldest_first_skipping_pinned_dead_and_tried() {
-        let alive: Vec<Arc<dyn Spillable>> = (0..4).map(|_| Arc::new(Fake) as Arc<dyn Spillable>).collect();
+        let alive: Vec<Arc<dyn Spillable>> = (0..4)
+            .map(|_| Arc::new(Fake) as Arc<dyn Spillable>)
+            .collect();
         let dead: Weak<dyn Spillable> = Arc::downgrade(&(Arc::new(Fake) as Arc<dyn Spillable>));
         let mut index = Index::default();
         for (i, v) in alive.iter().enumerate() {
@@ -173,8 +183,14 @@ mod tests {
         index.touch(0, 100); // 0 becomes the hottest
         index.pin(1);
         let ids = |c: Vec<Candidate>| c.iter().map(|c| c.id).collect::<Vec<_>>();
-        assert_eq!(ids(index.coldest(Tier::Device, 15, &HashSet::new())), vec![2, 3]);
-        assert_eq!(ids(index.coldest(Tier::Device, 1000, &HashSet::from([2]))), vec![3, 0]);
+        assert_eq!(
+            ids(index.coldest(Tier::Device, 15, &HashSet::new())),
+            vec![2, 3]
+        );
+        assert_eq!(
+            ids(index.coldest(Tier::Device, 1000, &HashSet::from([2]))),
+            vec![3, 0]
+        );
         index.unpin(1);
         index.set_tier(1, Tier::Host);
         assert_eq!(ids(index.coldest(Tier::Host, 1, &HashSet::new())), vec![1]);

@@ -146,9 +146,10 @@ impl Ledger {
         let counter = &self.moves[direction as usize];
         counter.count.fetch_add(1, Ordering::Relaxed);
         counter.bytes.fetch_add(bytes, Ordering::Relaxed);
-        counter
-            .nanos
-            .fetch_add(took.as_nanos().min(u64::MAX as u128) as u64, Ordering::Relaxed);
+        counter.nanos.fetch_add(
+            took.as_nanos().min(u64::MAX as u128) as u64,
+            Ordering::Relaxed,
+        );
     }
 
     /// Bytes resident in `tier` now.
@@ -288,21 +289,55 @@ mod tests {
         let ledger = Ledger::default();
         ledger.on_create(100, TensorRole::Other);
         ledger.on_create(40, TensorRole::Parameter);
-        ledger.on_move(Direction::DeviceToHost, 100, TensorRole::Other, Duration::from_micros(3));
-        ledger.on_move(Direction::DeviceToHost, 40, TensorRole::Parameter, Duration::ZERO);
-        ledger.on_move(Direction::HostToDisk, 40, TensorRole::Parameter, Duration::ZERO);
+        ledger.on_move(
+            Direction::DeviceToHost,
+            100,
+            TensorRole::Other,
+            Duration::from_micros(3),
+        );
+        ledger.on_move(
+            Direction::DeviceToHost,
+            40,
+            TensorRole::Parameter,
+            Duration::ZERO,
+        );
+        ledger.on_move(
+            Direction::HostToDisk,
+            40,
+            TensorRole::Parameter,
+            Duration::ZERO,
+        );
         let s = ledger.stats();
-        assert_eq!((s.resident.device, s.resident.host, s.resident.disk), (0, 100, 40));
-        assert_eq!((s.spilled_other_bytes, s.spilled_parameter_bytes), (100, 40));
+        assert_eq!(
+            (s.resident.device, s.resident.host, s.resident.disk),
+            (0, 100, 40)
+        );
+        assert_eq!(
+            (s.spilled_other_bytes, s.spilled_parameter_bytes),
+            (100, 40)
+        );
         assert_eq!(s.device_to_host.count, 2);
         assert_eq!(s.peak.device, 140);
-        ledger.on_move(Direction::DiskToDevice, 40, TensorRole::Parameter, Duration::ZERO);
+        ledger.on_move(
+            Direction::DiskToDevice,
+            40,
+            TensorRole::Parameter,
+            Duration::ZERO,
+        );
         ledger.reset_peaks();
         assert_eq!(ledger.stats().peak.device, 40);
         ledger.on_drop(100, TensorRole::Other, Some(Tier::Host));
         ledger.on_drop(40, TensorRole::Parameter, Some(Tier::Device));
         let s = ledger.stats();
-        assert_eq!((s.resident.device, s.resident.host, s.resident.disk, s.live_tensors), (0, 0, 0, 0));
+        assert_eq!(
+            (
+                s.resident.device,
+                s.resident.host,
+                s.resident.disk,
+                s.live_tensors
+            ),
+            (0, 0, 0, 0)
+        );
         assert!(s.time_moving >= Duration::from_micros(3));
     }
 }
