@@ -73,7 +73,7 @@ fn budgeted(train: impl Fn() -> TrainRun) -> (TrainRun, SpillStats, u64) {
 fn print_memory(stats: &SpillStats, unlimited_peak: u64) {
     let kib = |b: u64| b as f64 / 1024.0;
     println!(
-        "device peak {:.0} KiB under a budget of {:.0} KiB (unlimited: {:.0} KiB); \
+        "device peak {:.0} KiB with a budget of {:.0} KiB (unlimited: {:.0} KiB); \
          host limit {:.0} KiB",
         kib(stats.peak.device),
         kib(stats.device_budget_bytes.unwrap_or(u64::MAX)),
