@@ -7,39 +7,34 @@
 
 mod common;
 
-use std::sync::{Mutex, MutexGuard};
-
-use burn::tensor::backend::Backend;
-use burn::tensor::{Device, Tensor, TensorData};
+use burn::tensor::Device;
 use burn_spill::{
     ENV_BUDGET, ENV_DIR, ENV_HOST_LIMIT, ENV_POLICY, ENV_PRESET, SpillConfig, SpillError,
 };
-use common::{Plain, Spill, assert_same_data};
+use common::{ExclusiveDevice, Plain, Spill, assert_same_data, input};
 
 const ALL_VARS: [&str; 5] = [ENV_BUDGET, ENV_HOST_LIMIT, ENV_DIR, ENV_POLICY, ENV_PRESET];
 
-static LOCK: Mutex<()> = Mutex::new(());
-
-/// Holds the binary-wide lock; on drop clears the variables and resets the device.
-struct Serial(#[allow(dead_code)] MutexGuard<'static, ()>);
+/// The device for one test, with the `BURN_SPILL_*` variables cleared before and after.
+struct Serial {
+    _device: ExclusiveDevice,
+}
 
 fn serial() -> Serial {
-    let guard = Serial(LOCK.lock().unwrap_or_else(|e| e.into_inner()));
+    let device = ExclusiveDevice::take();
     clear_env();
-    guard
+    Serial { _device: device }
 }
 
 impl Drop for Serial {
     fn drop(&mut self) {
+        // Runs before the field's drop, so the device is reset without the variables.
         clear_env();
-        if let Err(e) = Spill::configure(&dev(), SpillConfig::default()) {
-            eprintln!("could not reset the device after a test: {e}");
-        }
     }
 }
 
 fn set_env(name: &str, value: &str) {
-    // SAFETY: every test of this binary holds `LOCK` while it touches the environment or calls
+    // SAFETY: every test of this binary holds the device lock (`ExclusiveDevice`) while it touches the environment or calls
     // `configure` (the only reader of these variables), so no other thread of this process reads
     // or writes the environment at the same time.
     unsafe { std::env::set_var(name, value) }
@@ -47,20 +42,13 @@ fn set_env(name: &str, value: &str) {
 
 fn clear_env() {
     for name in ALL_VARS {
-        // SAFETY: as in `set_env`: callers hold `LOCK`.
+        // SAFETY: as in `set_env`: callers hold the device lock (`ExclusiveDevice`).
         unsafe { std::env::remove_var(name) }
     }
 }
 
 fn dev() -> Device<Spill> {
     Default::default()
-}
-
-fn input<B: Backend>(seed: usize, rows: usize, cols: usize, device: &B::Device) -> Tensor<B, 2> {
-    let values: Vec<f32> = (0..rows * cols)
-        .map(|i| ((seed * 31 + i * 7) % 23) as f32 * 0.125 - 1.25)
-        .collect();
-    Tensor::from_data(TensorData::new(values, [rows, cols]), device)
 }
 
 fn mem_total_bytes() -> u64 {

@@ -15,34 +15,13 @@
 
 mod common;
 
-use std::sync::{Mutex, MutexGuard};
-
 use burn::tensor::backend::Backend;
 use burn::tensor::quantization::{
     BlockSize, QTensorPrimitive, QuantLevel, QuantScheme, QuantStore, QuantValue,
 };
 use burn::tensor::{Bool, BoolStore, DType, Int, Tensor, TensorData, TensorPrimitive, bf16, f16};
 use burn_spill::{SpillConfig, Tier};
-use common::{Plain, Spill, assert_same_data, compare};
-
-static LOCK: Mutex<()> = Mutex::new(());
-
-/// Holds the device for one test and leaves it unconfigured however the test ends.
-struct Exclusive(#[allow(dead_code)] MutexGuard<'static, ()>);
-
-impl Exclusive {
-    fn take() -> Self {
-        let guard = LOCK.lock().unwrap_or_else(|e| e.into_inner());
-        Spill::configure(&Default::default(), SpillConfig::default()).unwrap();
-        Self(guard)
-    }
-}
-
-impl Drop for Exclusive {
-    fn drop(&mut self) {
-        let _ = Spill::configure(&Default::default(), SpillConfig::default());
-    }
-}
+use common::{ExclusiveDevice, Plain, Spill, assert_same_data, compare};
 
 const SHAPE: [usize; 2] = [2, 4];
 
@@ -411,7 +390,7 @@ fn spilled(source: &Source, tier: Tier, what: &str) -> (T<Spill>, Tensor<Spill, 
 
 /// Sends `case` through `tier` on `SpillBackend<Flex>` and compares every read with plain Flex.
 fn round_trip(case: &Case, tier: Tier) {
-    let _device = Exclusive::take();
+    let _device = ExclusiveDevice::take();
     let dev = Default::default();
     let what = format!("{} through {tier:?}", case.name);
     let expected = oracle(case);
@@ -565,7 +544,7 @@ fn every_dtype_is_exact_through_the_disk_tier() {
 
 #[test]
 fn flex_rejects_only_the_known_dtype_ops() {
-    let _device = Exclusive::take();
+    let _device = ExclusiveDevice::take();
     let rejected: Vec<_> = cases().iter().flat_map(flex_rejects).collect();
     assert_eq!(rejected, FLEX_REJECTS);
 }

@@ -4,49 +4,21 @@
 //! program on plain Flex.
 //!
 //! Configuration is process-wide per device and Flex has one device, so every test holds
-//! [`serial`]'s lock for its whole run and resets the device to `SpillConfig::default()` when it
+//! [`common::ExclusiveDevice`] for its whole run and resets the device to `SpillConfig::default()` when it
 //! ends, panicking or not.
 
 mod common;
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::path::{Path, PathBuf};
-use std::sync::{Mutex, MutexGuard};
 
 use burn::tensor::backend::Backend;
 use burn::tensor::{Device, Tensor, TensorData};
 use burn_spill::{SpillConfig, SpillError, Tier};
-use common::{Plain, Spill, assert_same_data};
-
-static LOCK: Mutex<()> = Mutex::new(());
-
-/// Holds the binary-wide lock; resets the device when dropped (after the test's own tensors,
-/// which were declared later and so drop first).
-struct Serial(#[allow(dead_code)] MutexGuard<'static, ()>);
-
-fn serial() -> Serial {
-    // A should-panic test poisons the lock; the device is reset by its guard all the same.
-    Serial(LOCK.lock().unwrap_or_else(|e| e.into_inner()))
-}
-
-impl Drop for Serial {
-    fn drop(&mut self) {
-        if let Err(e) = Spill::configure(&dev(), SpillConfig::default()) {
-            eprintln!("could not reset the device after a test: {e}");
-        }
-    }
-}
+use common::{ExclusiveDevice, Plain, Spill, assert_same_data, input};
 
 fn dev() -> Device<Spill> {
     Default::default()
-}
-
-/// A `rows x cols` input with small, distinct, explicit values (no RNG).
-fn input<B: Backend>(seed: usize, rows: usize, cols: usize, device: &B::Device) -> Tensor<B, 2> {
-    let values: Vec<f32> = (0..rows * cols)
-        .map(|i| ((seed * 31 + i * 7) % 23) as f32 * 0.125 - 1.25)
-        .collect();
-    Tensor::from_data(TensorData::new(values, [rows, cols]), device)
 }
 
 fn tier(t: &Tensor<Spill, 2>) -> Tier {
@@ -92,7 +64,7 @@ fn canonical(p: &Path) -> PathBuf {
 
 #[test]
 fn uncreatable_spill_dir_is_reported_and_keeps_the_previous_config() {
-    let _serial = serial();
+    let _device = ExclusiveDevice::take();
     let device = dev();
     Spill::configure(&device, SpillConfig::default().device_budget_bytes(12_345)).unwrap();
     assert_eq!(Spill::stats(&device).device_budget_bytes, Some(12_345));
@@ -132,7 +104,7 @@ fn uncreatable_spill_dir_is_reported_and_keeps_the_previous_config() {
 
 #[test]
 fn failed_disk_writes_keep_tensors_on_the_host_and_lose_nothing() {
-    let _serial = serial();
+    let _device = ExclusiveDevice::take();
     let device = dev();
     let tmp = tempfile::tempdir().unwrap();
     Spill::configure(&device, all_to_disk(tmp.path())).unwrap();
@@ -227,7 +199,7 @@ fn find_record(bytes: &[u8], id: u64) -> (usize, usize, usize) {
 
 #[test]
 fn corrupted_record_panics_naming_tensor_file_and_offset() {
-    let _serial = serial();
+    let _device = ExclusiveDevice::take();
     let device = dev();
     let tmp = tempfile::tempdir().unwrap();
     Spill::configure(&device, all_to_disk(tmp.path())).unwrap();
@@ -307,7 +279,7 @@ fn mixed_program<B: Backend>(device: &B::Device) -> Vec<Tensor<B, 2>> {
 
 #[test]
 fn ledger_and_spill_file_return_to_zero() {
-    let _serial = serial();
+    let _device = ExclusiveDevice::take();
     let device = dev();
     let tmp = tempfile::tempdir().unwrap();
     // 8x8 f32 = 256 bytes: two fit the device, three the host, the rest goes to disk.
@@ -386,7 +358,7 @@ fn ledger_and_spill_file_return_to_zero() {
 #[test]
 fn private_dir_modes_and_spill_dir_in_use() {
     use std::os::unix::fs::PermissionsExt;
-    let _serial = serial();
+    let _device = ExclusiveDevice::take();
     let device = dev();
     let base = tempfile::tempdir().unwrap();
     let other = tempfile::tempdir().unwrap();
@@ -453,7 +425,7 @@ fn private_dir_modes_and_spill_dir_in_use() {
 
 #[test]
 fn strict_mode_panics_and_lenient_mode_counts() {
-    let _serial = serial();
+    let _device = ExclusiveDevice::take();
     let device = dev();
     // 16 x 16 f32 = 1 KiB, created before the budget so that only the op itself is judged.
     let t = input::<Spill>(7, 16, 16, &device);

@@ -27,33 +27,12 @@
 
 mod common;
 
-use std::sync::{Mutex, MutexGuard};
-
 use burn::backend::Autodiff;
 use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::{Bool, DType, FloatDType, Int, IntDType, Tensor, TensorData, Transaction};
 use burn_spill::SpillConfig;
-use common::{Plain, Spill, assert_same_data};
+use common::{ExclusiveDevice, Plain, Spill, assert_same_data};
 use proptest::prelude::*;
-
-static LOCK: Mutex<()> = Mutex::new(());
-
-/// Holds the device for one case and leaves it unconfigured however the case ends.
-struct Exclusive(#[allow(dead_code)] MutexGuard<'static, ()>);
-
-impl Exclusive {
-    fn take() -> Self {
-        let guard = LOCK.lock().unwrap_or_else(|e| e.into_inner());
-        Spill::configure(&Default::default(), SpillConfig::default()).unwrap();
-        Self(guard)
-    }
-}
-
-impl Drop for Exclusive {
-    fn drop(&mut self) {
-        let _ = Spill::configure(&Default::default(), SpillConfig::default());
-    }
-}
 
 // ---------------------------------------------------------------------------------------------
 // The instruction set.
@@ -1160,7 +1139,7 @@ fn budgets(plain: &Outcome) -> [Option<u64>; 4] {
 }
 
 fn check_program(program: &[Inst]) {
-    let _device = Exclusive::take();
+    let _device = ExclusiveDevice::take();
     let plain = run::<Plain>(program);
     let unconfigured = run::<Spill>(program);
     compare("unconfigured", &plain, &unconfigured);
@@ -1185,7 +1164,7 @@ fn check_program(program: &[Inst]) {
 /// One run under a budget and host limit of the generator's choice (both small, so the host
 /// tier fills and overflows to disk while other tensors sit on the host).
 fn check_program_mixed_tiers(program: &[Inst], budget: u64, host: u64, grad: bool) {
-    let _device = Exclusive::take();
+    let _device = ExclusiveDevice::take();
     let what = format!("budget {budget}, host limit {host}, autodiff {grad}");
     if grad {
         let plain = run_grad::<Autodiff<Plain>>(program);
@@ -1201,7 +1180,7 @@ fn check_program_mixed_tiers(program: &[Inst], budget: u64, host: u64, grad: boo
 }
 
 fn check_program_grad(program: &[Inst]) {
-    let _device = Exclusive::take();
+    let _device = ExclusiveDevice::take();
     let plain = run_grad::<Autodiff<Plain>>(program);
     for budget in budgets(&plain) {
         for host in [UNLIMITED, Some(0)] {
@@ -1370,7 +1349,7 @@ fn a_program_with_every_instruction() {
 #[test]
 fn the_register_file_holds_spill_handles_that_really_move() {
     // The property tests would pass vacuously if registers never left the device; look at one.
-    let _device = Exclusive::take();
+    let _device = ExclusiveDevice::take();
     let dev = Default::default();
     Spill::configure(
         &dev,

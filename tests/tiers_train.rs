@@ -2,38 +2,18 @@
 //! Transformer, 5 Adam steps each, bit-identical to plain Flex, with the device peak held to the
 //! budget except for ops that alone need more than it (counted and bounded).
 
+mod common;
 #[path = "../examples/common/small_models.rs"]
 mod small_models;
-
-use std::sync::{Mutex, MutexGuard};
 
 use burn::backend::{Autodiff, Flex};
 use burn::tensor::TensorData;
 use burn_spill::{SpillBackend, SpillConfig, SpillStats};
+use common::ExclusiveDevice;
 use small_models::*;
 
 type Plain = Autodiff<Flex>;
 type Spilled = Autodiff<SpillBackend<Flex>>;
-
-/// The device's configuration and Flex's random generator are process-wide.
-static DEVICE: Mutex<()> = Mutex::new(());
-
-/// Holds the device and puts it back to unlimited when the test ends, even by a panic.
-struct Exclusive(#[allow(dead_code)] MutexGuard<'static, ()>);
-
-impl Exclusive {
-    fn take() -> Self {
-        let guard = DEVICE.lock().unwrap_or_else(|e| e.into_inner());
-        SpillBackend::<Flex>::configure(&Default::default(), SpillConfig::default()).unwrap();
-        Self(guard)
-    }
-}
-
-impl Drop for Exclusive {
-    fn drop(&mut self) {
-        let _ = SpillBackend::<Flex>::configure(&Default::default(), SpillConfig::default());
-    }
-}
 
 fn assert_identical(plain: &TrainRun, spilled: &TrainRun) {
     let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
@@ -75,7 +55,7 @@ fn at_30_percent(
     batch: usize,
     host_limit: Option<u64>,
 ) -> SpillStats {
-    let _device = Exclusive::take();
+    let _device = ExclusiveDevice::take();
     let device = Default::default();
     let reference = plain(&device, 5, batch, &mut |_| {});
 
@@ -159,7 +139,7 @@ fn cnn_trains_identically_with_the_host_tier_capped_to_disk() {
 
 #[test]
 fn ledger_is_empty_after_a_budgeted_run() {
-    let _device = Exclusive::take();
+    let _device = ExclusiveDevice::take();
     let device = Default::default();
     SpillBackend::<Flex>::configure(
         &device,
@@ -191,7 +171,7 @@ fn ledger_is_empty_after_a_budgeted_run() {
 
 #[test]
 fn spilled_parameters_are_told_apart() {
-    let _device = Exclusive::take();
+    let _device = ExclusiveDevice::take();
     let device = Default::default();
     SpillBackend::<Flex>::configure(&device, SpillConfig::default().device_budget_bytes(0))
         .unwrap();

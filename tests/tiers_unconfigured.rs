@@ -4,15 +4,8 @@
 mod common;
 
 use burn::tensor::backend::Backend;
-use burn::tensor::{Device, Tensor, TensorData};
-use common::{Plain, Spill, assert_same_data};
-
-fn input<B: Backend>(seed: usize, rows: usize, cols: usize, device: &B::Device) -> Tensor<B, 2> {
-    let values: Vec<f32> = (0..rows * cols)
-        .map(|i| ((seed * 31 + i * 7) % 23) as f32 * 0.125 - 1.25)
-        .collect();
-    Tensor::from_data(TensorData::new(values, [rows, cols]), device)
-}
+use burn::tensor::{Device, TensorData};
+use common::{Plain, Spill, assert_same_data, input};
 
 fn program<B: Backend>(device: &B::Device) -> TensorData {
     let a = input::<B>(1, 32, 32, device);

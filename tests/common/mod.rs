@@ -6,12 +6,12 @@ pub mod op_list;
 
 use std::collections::BTreeSet;
 use std::panic::{AssertUnwindSafe, catch_unwind};
-use std::sync::Mutex;
+use std::sync::{Mutex, MutexGuard};
 
 use burn::backend::Flex;
-use burn::tensor::TensorData;
 use burn::tensor::backend::Backend;
-use burn_spill::SpillBackend;
+use burn::tensor::{Tensor, TensorData};
+use burn_spill::{SpillBackend, SpillConfig};
 
 /// The oracle.
 pub type Plain = Flex;
@@ -135,4 +135,42 @@ macro_rules! diff {
         );
         $( $cov.hit(stringify!($name)); )+
     }};
+}
+
+/// Spill configuration is process-wide per device and Flex has one device.
+static DEVICE: Mutex<()> = Mutex::new(());
+
+/// Holds the Flex device's spill configuration for one test (tests of a binary run in
+/// parallel) and leaves the device unconfigured however the test ends. Declare it first in a
+/// test, so that it drops after the test's tensors.
+pub struct ExclusiveDevice(#[allow(dead_code)] MutexGuard<'static, ()>);
+
+impl ExclusiveDevice {
+    pub fn take() -> Self {
+        // A panicking test poisons the lock; its guard has reset the device all the same.
+        let guard = DEVICE.lock().unwrap_or_else(|e| e.into_inner());
+        Spill::configure(&Default::default(), SpillConfig::default()).unwrap();
+        Self(guard)
+    }
+}
+
+impl Drop for ExclusiveDevice {
+    fn drop(&mut self) {
+        if let Err(e) = Spill::configure(&Default::default(), SpillConfig::default()) {
+            eprintln!("could not reset the device after a test: {e}");
+        }
+    }
+}
+
+/// A `rows x cols` f32 input with small, distinct, explicit values (no RNG).
+pub fn input<B: Backend>(
+    seed: usize,
+    rows: usize,
+    cols: usize,
+    device: &B::Device,
+) -> Tensor<B, 2> {
+    let values: Vec<f32> = (0..rows * cols)
+        .map(|i| ((seed * 31 + i * 7) % 23) as f32 * 0.125 - 1.25)
+        .collect();
+    Tensor::from_data(TensorData::new(values, [rows, cols]), device)
 }
