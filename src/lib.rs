@@ -21,9 +21,10 @@ mod engine;
 mod error;
 mod policy;
 mod stats;
+mod tape;
 
-pub use backend::SpillBackend;
 pub use backend::tensor::{SpillTensor, TensorKind};
+pub use backend::{SpillBackend, StepGuard};
 pub use config::{
     DeviceBudget, ENV_BUDGET, ENV_DIR, ENV_HOST_LIMIT, ENV_POLICY, ENV_PRESET, Preset, SpillConfig,
 };
@@ -31,3 +32,4 @@ pub use engine::{LiveSummary, TensorId, TensorRole, Tier};
 pub use error::SpillError;
 pub use policy::PolicyKind;
 pub use stats::{MoveStats, SpillStats, TierBytes};
+pub use tape::{DropRecord, OpRecord, Producer, StepTape, TAPE_SCHEMA_VERSION, TensorRecord};

@@ -16,6 +16,7 @@ use burn_backend::{Backend, BackendTypes, DType, DTypeUsageSet, ExecutionError, 
 
 use crate::config::{DeviceBudget, SpillConfig};
 use crate::engine::{DeviceEngine, Limits, LiveSummary, engine_for};
+use crate::tape::StepTape;
 use crate::{SpillError, SpillStats};
 use device::{PersistentScope, device_key, device_memory_bytes};
 use std::sync::Arc;
@@ -114,10 +115,67 @@ impl<B: Backend> SpillBackend<B> {
         Self::engine(device).ledger().summary()
     }
 
+    /// Marks the start of a training step on `device`: the ops since the previous marker become
+    /// one finished step of the tape, and recording starts if it was off. A `step_begin` alone
+    /// per step is enough (it closes the previous step); see also [`step`](Self::step).
+    pub fn step_begin(device: &B::Device) {
+        Self::engine(device).step_begin()
+    }
+
+    /// Marks the end of a training step. Without a matching `step_begin` it logs a warning and
+    /// changes nothing.
+    pub fn step_end(device: &B::Device) {
+        Self::engine(device).step_end()
+    }
+
+    /// Begins a step that ends when the returned guard drops.
+    ///
+    /// ```
+    /// use burn::backend::Flex;
+    /// use burn::tensor::Tensor;
+    /// use burn_spill::SpillBackend;
+    /// let device = Default::default();
+    /// {
+    ///     let _step = SpillBackend::<Flex>::step(&device);
+    ///     let x = Tensor::<SpillBackend<Flex>, 1>::from_floats([1.0, 2.0], &device);
+    ///     let _y = x.exp();
+    /// }
+    /// let tape = SpillBackend::<Flex>::last_step(&device).unwrap();
+    /// assert_eq!(tape.ops.iter().map(|o| o.name.as_str()).collect::<Vec<_>>(), ["float_from_data", "float_exp"]);
+    /// ```
+    pub fn step(device: &B::Device) -> StepGuard<B> {
+        Self::step_begin(device);
+        StepGuard {
+            device: device.clone(),
+        }
+    }
+
+    /// Turns tape recording on or off for `device` (markers turn it on).
+    pub fn record_tape(device: &B::Device, on: bool) {
+        Self::engine(device).recorder().set_enabled(on)
+    }
+
+    /// The tape of the last finished step on `device`.
+    pub fn last_step(device: &B::Device) -> Option<Arc<StepTape>> {
+        Self::engine(device).recorder().last_step()
+    }
+
     /// Test hook: the next `n` spill-file writes on `device` fail as a full disk would.
     #[doc(hidden)]
     pub fn fail_next_disk_writes(device: &B::Device, n: u32) {
         Self::engine(device).fail_next_disk_writes(n)
+    }
+}
+
+/// Ends the step begun by [`SpillBackend::step`] when dropped.
+#[must_use = "the step ends when the guard drops"]
+pub struct StepGuard<B: Backend> {
+    device: B::Device,
+}
+
+impl<B: Backend> Drop for StepGuard<B> {
+    fn drop(&mut self) {
+        SpillBackend::<B>::step_end(&self.device)
     }
 }
 

@@ -6,15 +6,94 @@
 //! the consumed inputs go and settles the device under its watermark. On an unconfigured device
 //! every step is a flag check and nothing is allocated.
 
+use std::cell::RefCell;
 use std::collections::hash_map::DefaultHasher;
 use std::hash::{Hash, Hasher};
 use std::sync::Arc;
+use std::time::Instant;
 
-use burn_backend::Backend;
+use burn_backend::{Backend, DType, Shape, TensorMetadata};
 
 use super::device::device_key;
 use super::tensor::{Primitive, RetiredHandle, SpillTensor, TensorKind};
-use crate::engine::{DeviceEngine, OpInput, OpOutput, OpTicket, engine_for};
+use crate::engine::{DeviceEngine, OpInput, OpOutput, OpTicket, TensorId, TensorRole, engine_for};
+use crate::tape::TensorView;
+
+/// What the tape needs of one tensor, held until the op is recorded.
+struct TapeEntry {
+    id: TensorId,
+    bytes: u64,
+    dtype: &'static str,
+    shape: Shape,
+    role: TensorRole,
+}
+
+impl TapeEntry {
+    fn of<B: Backend>(tensor: &SpillTensor<B>) -> Self {
+        Self {
+            id: tensor.id(),
+            bytes: tensor.bytes(),
+            dtype: dtype_name(tensor.dtype()),
+            shape: tensor.shape(),
+            role: tensor.role(),
+        }
+    }
+
+    fn view(&self) -> TensorView<'_> {
+        TensorView {
+            id: self.id,
+            bytes: self.bytes,
+            dtype: self.dtype,
+            shape: self.shape.as_slice(),
+            role: self.role,
+        }
+    }
+}
+
+/// A dtype's name without formatting (the quantization scheme is left out).
+fn dtype_name(dtype: DType) -> &'static str {
+    match dtype {
+        DType::F64 => "F64",
+        DType::F32 => "F32",
+        DType::Flex32 => "Flex32",
+        DType::F16 => "F16",
+        DType::BF16 => "BF16",
+        DType::I64 => "I64",
+        DType::I32 => "I32",
+        DType::I16 => "I16",
+        DType::I8 => "I8",
+        DType::U64 => "U64",
+        DType::U32 => "U32",
+        DType::U16 => "U16",
+        DType::U8 => "U8",
+        DType::Bool(burn_std::BoolStore::Native) => "Bool(Native)",
+        DType::Bool(burn_std::BoolStore::U8) => "Bool(U8)",
+        DType::Bool(burn_std::BoolStore::U32) => "Bool(U32)",
+        DType::QFloat(_) => "QFloat",
+    }
+}
+
+thread_local! {
+    /// Entry buffers lent to the op scopes of this thread, so recording does not allocate per op.
+    static SCRATCH: RefCell<Vec<Vec<TapeEntry>>> = const { RefCell::new(Vec::new()) };
+}
+
+fn lend() -> Vec<TapeEntry> {
+    SCRATCH.with(|s| s.borrow_mut().pop()).unwrap_or_default()
+}
+
+fn give_back(mut entries: Vec<TapeEntry>) {
+    entries.clear();
+    SCRATCH.with(|s| s.borrow_mut().push(entries));
+}
+
+/// The recording of one op: the engine whose recorder is on, the start, the tensors.
+struct Recording {
+    engine: Arc<DeviceEngine>,
+    started: Instant,
+    inputs: Vec<TapeEntry>,
+    outputs: Vec<TapeEntry>,
+}
 
 pub(crate) struct OpScope<B: Backend> {
     name: &'static str,
@@ -26,6 +105,7 @@ pub(crate) struct OpScope<B: Backend> {
     ticket: Option<OpTicket>,
     outputs: Vec<OpOutput>,
     retired: Vec<RetiredHandle<B>>,
+    recording: Option<Recording>,
 }
 
 impl<B: Backend> OpScope<B> {
@@ -38,11 +118,28 @@ impl<B: Backend> OpScope<B> {
             ticket: None,
             outputs: Vec::new(),
             retired: Vec::new(),
+            recording: None,
         }
+    }
+
+    /// Starts recording this op if `engine` records; returns the recording.
+    fn recording_for(&mut self, engine: &Arc<DeviceEngine>) -> Option<&mut Recording> {
+        if self.recording.is_none() && engine.recorder().is_enabled() {
+            self.recording = Some(Recording {
+                engine: engine.clone(),
+                started: Instant::now(),
+                inputs: lend(),
+                outputs: lend(),
+            });
+        }
+        self.recording.as_mut()
     }
 
     /// Notes an input the op will read.
     pub(crate) fn input(&mut self, tensor: &SpillTensor<B>) {
+        if let Some(recording) = self.recording_for(tensor.engine()) {
+            recording.inputs.push(TapeEntry::of(tensor));
+        }
         if !tensor.engine().is_tracking() {
             return;
         }
@@ -64,9 +161,10 @@ impl<B: Backend> OpScope<B> {
 
     /// Notes the device a creating op allocates on.
     pub(crate) fn device(&mut self, device: &B::Device) {
-        if self.engine.is_none() {
+        if self.engine.is_none() || self.recording.is_none() {
             let engine = engine_for(device_key::<B>(device));
-            if engine.is_tracking() {
+            self.recording_for(&engine);
+            if self.engine.is_none() && engine.is_tracking() {
                 self.engine = Some(engine);
             }
         }
@@ -88,8 +186,10 @@ impl<B: Backend> OpScope<B> {
     /// The primitive of an input, restored if it was spilled.
     pub(crate) fn take(&mut self, tensor: SpillTensor<B>) -> Primitive<B> {
         let (primitive, retired) = tensor.take_primitive();
+        // Consumed inputs stay alive until the op's outputs are counted (budget) and the op is
+        // recorded before their drops (tape).
         if let Some(retired) = retired
-            && self.engine.is_some()
+            && (self.engine.is_some() || self.recording.is_some())
         {
             self.retired.push(retired);
         }
@@ -130,6 +230,9 @@ impl<B: Backend> OpScope<B> {
 
     /// Notes an output the op produced.
     pub(crate) fn output(&mut self, tensor: SpillTensor<B>) -> SpillTensor<B> {
+        if let Some(recording) = self.recording_for(tensor.engine()) {
+            recording.outputs.push(TapeEntry::of(&tensor));
+        }
         let engine = tensor.engine();
         if !engine.is_tracking() {
             return tensor;
@@ -161,7 +264,22 @@ impl<B: Backend> OpScope<B> {
 
 impl<B: Backend> Drop for OpScope<B> {
     fn drop(&mut self) {
+        if let Some(recording) = self.recording.take() {
+            let duration = recording.started.elapsed().as_nanos() as u64;
+            if !std::thread::panicking() {
+                recording.engine.recorder().record_op(
+                    self.name,
+                    recording.inputs.iter().map(TapeEntry::view),
+                    recording.outputs.iter().map(TapeEntry::view),
+                    recording.started,
+                    duration,
+                );
+            }
+            give_back(recording.inputs);
+            give_back(recording.outputs);
+        }
         let Some(engine) = self.engine.take() else {
+            self.retired.clear();
             return;
         };
         let ticket = self.ticket.take();

@@ -204,6 +204,9 @@ impl<B: Backend> Drop for Handle<B> {
         );
         self.engine
             .drop_slot(state, self.bytes, self.role, self.evictable);
+        if self.engine.recorder().is_enabled() {
+            self.engine.recorder().record_drop(self.id);
+        }
         if *self.indexed.get_mut() {
             self.engine.unregister(self.id);
         }

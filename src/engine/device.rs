@@ -24,6 +24,7 @@ use super::ledger::{Direction, Ledger};
 use super::slot::{Residency, SlotInfo, TensorId, Tier};
 use crate::SpillError;
 use crate::stats::SpillStats;
+use crate::tape::Recorder;
 
 /// The resolved limits of one device, in bytes.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -93,6 +94,9 @@ pub struct DeviceEngine {
     disk: Mutex<Option<(PathBuf, DiskStore)>>,
     estimates: Mutex<HashMap<u64, u64>>,
     warned_ops: Mutex<HashSet<&'static str>>,
+    recorder: Recorder,
+    /// Whether the current step was opened by `step_begin` and not yet closed.
+    in_marked_step: AtomicBool,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -105,6 +109,33 @@ impl DeviceEngine {
     /// The counters.
     pub fn ledger(&self) -> &Ledger {
         &self.ledger
+    }
+
+    /// The tape recorder of this device.
+    pub fn recorder(&self) -> &Recorder {
+        &self.recorder
+    }
+
+    /// Closes the current step and opens a marked one; recording starts if it was off.
+    pub fn step_begin(&self) {
+        if !self.recorder.is_enabled() {
+            self.recorder.set_enabled(true);
+        }
+        self.recorder.boundary(true);
+        self.in_marked_step.store(true, Ordering::Relaxed);
+    }
+
+    /// Closes the current marked step. Without a matching `step_begin` it only warns: the tape
+    /// is left as it is.
+    pub fn step_end(&self) {
+        if !self.in_marked_step.swap(false, Ordering::Relaxed) {
+            tracing::warn!(
+                target: "burn_spill::tape",
+                "step_end without step_begin; ignored (the tape is unchanged)"
+            );
+            return;
+        }
+        self.recorder.boundary(false);
     }
 
     /// Whether a budget is in force (otherwise ops skip the engine entirely).

@@ -11,7 +11,8 @@ use super::slot::Tier;
 use crate::stats::{MoveStats, SpillStats, TierBytes};
 
 /// What a tensor is for, as far as burn-spill can tell.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum TensorRole {
     /// Created inside `Backend::memory_persistent_allocations` (module parameters at init or load).
     Parameter,
