@@ -112,6 +112,7 @@ pub struct SpillConfig {
     cache_ratio: f64,
     spill_threshold: f64,
     prefetch_window: usize,
+    tape_resample_steps: u64,
 }
 
 impl Default for SpillConfig {
@@ -127,6 +128,7 @@ impl Default for SpillConfig {
             cache_ratio: 1.0,
             spill_threshold: 1.0,
             prefetch_window: 0,
+            tape_resample_steps: 100,
         }
     }
 }
@@ -252,6 +254,18 @@ impl SpillConfig {
         self
     }
 
+    /// Once steps repeat, the tape only verifies each step's op sequence and records one step
+    /// in full every `steps` steps (default 100; 1 records every step).
+    pub fn tape_resample_steps(mut self, steps: u64) -> Self {
+        self.tape_resample_steps = steps;
+        self
+    }
+
+    /// See [`tape_resample_steps`](Self::tape_resample_steps).
+    pub fn get_tape_resample_steps(&self) -> u64 {
+        self.tape_resample_steps
+    }
+
     /// The device budget.
     pub fn get_device_budget(&self) -> DeviceBudget {
         self.device_budget
@@ -333,6 +347,13 @@ impl SpillConfig {
                     self.cache_ratio, self.spill_threshold
                 ),
                 accepted: "a fraction no larger than spill_threshold",
+            });
+        }
+        if self.tape_resample_steps == 0 {
+            return Err(SpillError::InvalidValue {
+                field: "tape_resample_steps",
+                value: "0".into(),
+                accepted: "a step count of at least 1",
             });
         }
         if self.device_memory_bytes == Some(0) {

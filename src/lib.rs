@@ -32,4 +32,6 @@ pub use engine::{LiveSummary, TensorId, TensorRole, Tier};
 pub use error::SpillError;
 pub use policy::PolicyKind;
 pub use stats::{MoveStats, SpillStats, TierBytes};
-pub use tape::{DropRecord, OpRecord, Producer, StepTape, TAPE_SCHEMA_VERSION, TensorRecord};
+pub use tape::{
+    DropRecord, OpRecord, Producer, StepTape, TAPE_SCHEMA_VERSION, TapeCounters, TensorRecord,
+};

@@ -16,7 +16,7 @@ use burn_backend::{Backend, BackendTypes, DType, DTypeUsageSet, ExecutionError, 
 
 use crate::config::{DeviceBudget, SpillConfig};
 use crate::engine::{DeviceEngine, Limits, LiveSummary, engine_for};
-use crate::tape::StepTape;
+use crate::tape::{StepTape, TapeCounters};
 use crate::{SpillError, SpillStats};
 use device::{PersistentScope, device_key, device_memory_bytes};
 use std::sync::Arc;
@@ -90,7 +90,12 @@ impl<B: Backend> SpillBackend<B> {
             low_water: watermark(config.get_cache_ratio()),
             strict: config.is_strict(),
         };
-        Self::engine(device).apply(limits, config.get_spill_dir().map(PathBuf::as_path))
+        let engine = Self::engine(device);
+        engine.apply(limits, config.get_spill_dir().map(PathBuf::as_path))?;
+        engine
+            .recorder()
+            .set_resample_every(config.get_tape_resample_steps());
+        Ok(())
     }
 
     /// Resident bytes per tier now and at peak, traffic per direction, over-budget ops.
@@ -153,6 +158,11 @@ impl<B: Backend> SpillBackend<B> {
     /// Turns tape recording on or off for `device` (markers turn it on).
     pub fn record_tape(device: &B::Device, on: bool) {
         Self::engine(device).recorder().set_enabled(on)
+    }
+
+    /// Steps the tape has closed, divergences it detected, and whether it is verifying now.
+    pub fn tape_counters(device: &B::Device) -> TapeCounters {
+        Self::engine(device).recorder().counters()
     }
 
     /// The tape of the last finished step on `device`.

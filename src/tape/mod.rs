@@ -6,4 +6,4 @@ pub mod model;
 pub mod recorder;
 
 pub use model::{DropRecord, OpRecord, Producer, StepTape, TAPE_SCHEMA_VERSION, TensorRecord};
-pub use recorder::{Recorder, TensorView};
+pub use recorder::{Recorder, TapeCounters, TensorView};

@@ -138,6 +138,15 @@ impl Buffers {
     }
 }
 
+/// Whether the current step is recorded in full or only checked against the last recording.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    /// Every op goes into the buffers.
+    Record,
+    /// Steps repeat: each op's signature is only compared with the recorded step's.
+    Verify,
+}
+
 struct State {
     buffers: Buffers,
     step: u64,
@@ -145,6 +154,56 @@ struct State {
     /// Whether the current step was opened by a marker.
     marked: bool,
     finished: VecDeque<Arc<StepTape>>,
+    mode: Mode,
+    /// Signatures (name, output shapes and dtypes) of this step's ops so far.
+    signatures: Vec<u64>,
+    /// Signatures of the last recorded step.
+    expected: Vec<u64>,
+    /// Consecutive recorded steps with the same signatures.
+    stable: u32,
+    /// First op of this step whose signature differed from `expected` (in Verify mode).
+    diverged_at: Option<u32>,
+    steps_since_recorded: u64,
+    resample_every: u64,
+    divergences: u64,
+}
+
+/// What the recorder has seen, for stats and tests.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct TapeCounters {
+    /// Steps closed (recorded or verified).
+    pub steps: u64,
+    /// Steps whose op sequence differed from the one before; each was recorded afresh.
+    pub divergences: u64,
+    /// Whether the current step is only being verified against the recorded one.
+    pub verifying: bool,
+}
+
+/// The default of [`Recorder::set_resample_every`]: a repeating step is recorded again every
+/// this many steps (the design brief's figure).
+pub const DEFAULT_RESAMPLE_STEPS: u64 = 100;
+
+/// An op's signature: its name and its outputs' dtypes and shapes. Two steps of the same
+/// program have the same signature sequence; a dynamic graph or a new shape breaks it.
+struct SigBuilder(std::collections::hash_map::DefaultHasher);
+
+impl SigBuilder {
+    fn new(name: &str) -> Self {
+        use std::hash::Hash;
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        name.hash(&mut h);
+        Self(h)
+    }
+
+    fn output(&mut self, t: &TensorView<'_>) {
+        use std::hash::Hash;
+        t.dtype.hash(&mut self.0);
+        t.shape.hash(&mut self.0);
+    }
+
+    fn finish(self) -> u64 {
+        std::hash::Hasher::finish(&self.0)
+    }
 }
 
 /// The per-device recorder.
@@ -163,6 +222,14 @@ impl Default for Recorder {
                 step_start: Instant::now(),
                 marked: false,
                 finished: VecDeque::new(),
+                mode: Mode::Record,
+                signatures: Vec::new(),
+                expected: Vec::new(),
+                stable: 0,
+                diverged_at: None,
+                steps_since_recorded: 0,
+                resample_every: DEFAULT_RESAMPLE_STEPS,
+                divergences: 0,
             }),
         }
     }
@@ -213,6 +280,22 @@ impl Recorder {
     ) {
         let thread = thread_number();
         let mut state = self.lock();
+        let state = &mut *state;
+        if state.mode == Mode::Verify {
+            // Only the signature: the step is expected to repeat the recorded one.
+            let mut sig = SigBuilder::new(name);
+            for output in outputs {
+                sig.output(&output);
+            }
+            let sig = sig.finish();
+            let at = state.signatures.len();
+            if state.diverged_at.is_none() && state.expected.get(at) != Some(&sig) {
+                state.diverged_at = Some(at as u32);
+            }
+            state.signatures.push(sig);
+            drop(inputs);
+            return;
+        }
         let start_ns = started
             .saturating_duration_since(state.step_start)
             .as_nanos() as u64;
@@ -224,7 +307,9 @@ impl Recorder {
             buffers.note_tensor(&input, None);
             buffers.ids.push(input.id);
         }
+        let mut sig = SigBuilder::new(name);
         for (i, output) in outputs.enumerate() {
+            sig.output(&output);
             buffers.note_tensor(
                 &output,
                 Some(Producer {
@@ -234,6 +319,8 @@ impl Recorder {
             );
             buffers.ids.push(output.id);
         }
+        state.signatures.push(sig.finish());
+        let buffers = &mut state.buffers;
         buffers.ops.push(RawOp {
             name,
             first_id,
@@ -252,26 +339,82 @@ impl Recorder {
         state.buffers.drops.push(DropRecord { id, after_ops });
     }
 
-    /// Closes the current step (if it recorded anything) and opens the next. Returns the closed
-    /// step's tape.
+    /// Sets how often a repeating step is recorded again in full (1 = every step).
+    pub fn set_resample_every(&self, steps: u64) {
+        self.lock().resample_every = steps.max(1);
+    }
+
+    /// Closes the current step (if it did anything) and opens the next. Returns the closed
+    /// step's tape when it was recorded in full.
+    ///
+    /// A recorded step whose signatures match the one before makes the recorder switch to
+    /// verifying: the following steps only compare each op's signature with the recording, and
+    /// every `resample_every` steps one is recorded again. A verified step that differs (a
+    /// dynamic graph, a new shape) is counted as a divergence and the next step is recorded.
     pub fn boundary(&self, next_marked: bool) -> Option<Arc<StepTape>> {
         let mut state = self.lock();
-        let closed = if state.buffers.ops.is_empty() {
-            None
-        } else {
-            let duration = state.step_start.elapsed().as_nanos() as u64;
-            let tape = Arc::new(state.buffers.finish(state.step, state.marked, duration));
-            state.step += 1;
-            if state.finished.len() == KEPT_STEPS {
-                state.finished.pop_front();
+        let state = &mut *state;
+        let mut closed = None;
+        match state.mode {
+            Mode::Record if !state.buffers.ops.is_empty() => {
+                let duration = state.step_start.elapsed().as_nanos() as u64;
+                let tape = Arc::new(state.buffers.finish(state.step, state.marked, duration));
+                state.step += 1;
+                if state.finished.len() == KEPT_STEPS {
+                    state.finished.pop_front();
+                }
+                state.finished.push_back(tape.clone());
+                closed = Some(tape);
+                let repeats = !state.expected.is_empty() && state.expected == state.signatures;
+                if !state.expected.is_empty() && !repeats {
+                    state.divergences += 1;
+                }
+                state.stable = if repeats { state.stable + 1 } else { 0 };
+                std::mem::swap(&mut state.expected, &mut state.signatures);
+                state.steps_since_recorded = 0;
+                if state.stable >= 1 && state.resample_every > 1 {
+                    state.mode = Mode::Verify;
+                }
             }
-            state.finished.push_back(tape.clone());
-            Some(tape)
-        };
+            Mode::Record => {}
+            Mode::Verify if state.signatures.is_empty() => {}
+            Mode::Verify => {
+                state.step += 1;
+                state.steps_since_recorded += 1;
+                let diverged =
+                    state.diverged_at.is_some() || state.signatures.len() != state.expected.len();
+                if diverged {
+                    state.divergences += 1;
+                    tracing::debug!(
+                        target: "burn_spill::tape",
+                        step = state.step - 1,
+                        at_op = state.diverged_at.unwrap_or(state.expected.len() as u32),
+                        "the op sequence diverged from the recorded step; recording the next step"
+                    );
+                    state.mode = Mode::Record;
+                    state.stable = 0;
+                    state.expected.clear();
+                } else if state.steps_since_recorded + 1 >= state.resample_every {
+                    state.mode = Mode::Record;
+                }
+            }
+        }
         state.buffers.clear();
+        state.signatures.clear();
+        state.diverged_at = None;
         state.step_start = Instant::now();
         state.marked = next_marked;
         closed
+    }
+
+    /// Steps, divergences and whether the recorder is only verifying now.
+    pub fn counters(&self) -> TapeCounters {
+        let state = self.lock();
+        TapeCounters {
+            steps: state.step,
+            divergences: state.divergences,
+            verifying: state.mode == Mode::Verify,
+        }
     }
 
     /// The last finished step, if any.
@@ -298,6 +441,7 @@ mod tests {
     fn a_step_becomes_a_tape_with_producers_and_drops() {
         let rec = Recorder::default();
         rec.set_enabled(true);
+        rec.set_resample_every(1);
         let t0 = Instant::now();
         rec.record_op(
             "float_from_data",
@@ -357,5 +501,49 @@ mod tests {
             "a tensor from before the step"
         );
         assert!(rec.boundary(false).is_none(), "an empty step is not a step");
+    }
+}
+
+#[cfg(test)]
+mod verify_tests {
+    use super::*;
+
+    fn step(rec: &Recorder, shape: &[usize]) -> Option<Arc<StepTape>> {
+        let view = TensorView {
+            id: 1,
+            bytes: 4,
+            dtype: "F32",
+            shape,
+            role: TensorRole::Other,
+        };
+        let t0 = Instant::now();
+        rec.record_op("float_exp", [view].into_iter(), [view].into_iter(), t0, 1);
+        rec.record_op("float_sum", [view].into_iter(), [view].into_iter(), t0, 1);
+        rec.boundary(true)
+    }
+
+    #[test]
+    fn repeating_steps_are_verified_resampled_and_divergence_rerecords() {
+        let rec = Recorder::default();
+        rec.set_enabled(true);
+        rec.set_resample_every(3);
+        assert!(step(&rec, &[2]).is_some(), "step 0 recorded");
+        assert!(
+            step(&rec, &[2]).is_some(),
+            "step 1 recorded, and it repeats step 0"
+        );
+        assert!(rec.counters().verifying);
+        assert!(step(&rec, &[2]).is_none(), "step 2 only verified");
+        assert!(step(&rec, &[2]).is_none(), "step 3 only verified");
+        assert!(!rec.counters().verifying, "step 4 is a resample");
+        assert!(step(&rec, &[2]).is_some(), "step 4 recorded again");
+        assert!(rec.counters().verifying);
+        // A new shape: the verified step diverges and the next one is recorded.
+        assert!(step(&rec, &[3]).is_none());
+        let c = rec.counters();
+        assert_eq!((c.divergences, c.verifying, c.steps), (1, false, 6));
+        let again = step(&rec, &[3]).expect("re-recorded after the divergence");
+        assert_eq!(again.step, 6);
+        assert_eq!(again.tensors[0].shape, vec![3]);
     }
 }
