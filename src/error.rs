@@ -2,7 +2,8 @@
 //!
 //! Ops cannot return errors in Burn, so this type only comes out of configuration calls
 //! ([`SpillBackend::configure`](crate::SpillBackend::configure), [`SpillConfig`](crate::SpillConfig)
-//! parsing). Faults during training that would lose data panic instead, naming the tensor.
+//! parsing) and of tape export and import. Faults during training that would lose data panic
+//! instead, naming the tensor.
 
 use std::path::PathBuf;
 
@@ -60,5 +61,48 @@ pub enum SpillError {
         requested: PathBuf,
         /// How many records it holds.
         records: usize,
+    },
+
+    /// An exported tape (JSON, DOT, trace) could not be written.
+    #[error(
+        "burn-spill: cannot write {path:?}: {source}; give a file path inside an existing \
+         directory you can write to"
+    )]
+    Export {
+        /// The file that was to be written.
+        path: PathBuf,
+        /// The operating system's error.
+        #[source]
+        source: std::io::Error,
+    },
+
+    /// A tape was asked for before any step was recorded on the device.
+    #[error(
+        "burn-spill: no step has been recorded on this device yet; mark steps with \
+         `SpillBackend::step_begin` (or `step`) or turn recording on with `record_tape`"
+    )]
+    NoTape,
+
+    /// A tape read back from JSON is not JSON or lacks the schema's structure.
+    #[error(
+        "burn-spill: the tape JSON is malformed: {source}; give the unchanged output of \
+         `to_json` (schema in docs/tape-schema.md)"
+    )]
+    TapeJson {
+        /// The parser's error, with line and column.
+        #[source]
+        source: serde_json::Error,
+    },
+
+    /// A tape read back from JSON has another schema version than this build reads.
+    #[error(
+        "burn-spill: the tape has schema version {found}, but this build reads version \
+         {expected}; read it with the burn-spill version that wrote it, or record the step again"
+    )]
+    TapeVersion {
+        /// The tape's `version`.
+        found: u32,
+        /// [`TAPE_SCHEMA_VERSION`](crate::TAPE_SCHEMA_VERSION).
+        expected: u32,
     },
 }

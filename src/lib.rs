@@ -33,5 +33,8 @@ pub use error::SpillError;
 pub use policy::PolicyKind;
 pub use stats::{MoveStats, SpillStats, TierBytes};
 pub use tape::{
-    DropRecord, OpRecord, Producer, StepTape, TAPE_SCHEMA_VERSION, TapeCounters, TensorRecord,
+    CriticalPath, Divergence, DropRecord, Edge, OpRecord, PeakLive, PeriodDetector, Position,
+    Producer, StepAnalysis, StepTape, TAPE_SCHEMA_VERSION, TapeCounters, TapeFormat, TensorLife,
+    TensorRecord, TierSample, from_json, op_signature, positions, render, same_program, to_dot,
+    to_json, to_perfetto, twins, write_file,
 };

@@ -16,7 +16,7 @@ use burn_backend::{Backend, BackendTypes, DType, DTypeUsageSet, ExecutionError, 
 
 use crate::config::{DeviceBudget, SpillConfig};
 use crate::engine::{DeviceEngine, Limits, LiveSummary, engine_for};
-use crate::tape::{StepTape, TapeCounters};
+use crate::tape::{StepAnalysis, StepTape, TapeCounters, TapeFormat};
 use crate::{SpillError, SpillStats};
 use device::{PersistentScope, device_key, device_memory_bytes};
 use std::sync::Arc;
@@ -168,6 +168,26 @@ impl<B: Backend> SpillBackend<B> {
     /// The tape of the last finished step on `device`.
     pub fn last_step(device: &B::Device) -> Option<Arc<StepTape>> {
         Self::engine(device).recorder().last_step()
+    }
+
+    /// The analysis of the last finished step: DAG, live intervals, next uses, forward/backward
+    /// split, saved activations, critical path, peak live bytes.
+    pub fn analyze_last_step(device: &B::Device) -> Option<StepAnalysis> {
+        Self::last_step(device).map(|tape| StepAnalysis::new(&tape))
+    }
+
+    /// Writes the last finished step's tape to `path` in `format`.
+    ///
+    /// Setting `BURN_SPILL_TRACE=path` does this at process exit for every device that
+    /// recorded a step: the JSON to `path`, the DOT to `path.dot` and the Perfetto trace to
+    /// `path.perfetto.json` (recording is turned on for every device when the variable is set).
+    pub fn export_tape(
+        device: &B::Device,
+        path: impl AsRef<std::path::Path>,
+        format: TapeFormat,
+    ) -> Result<(), SpillError> {
+        let tape = Self::last_step(device).ok_or(SpillError::NoTape)?;
+        crate::tape::write_file(path.as_ref(), &crate::tape::render(&tape, format))
     }
 
     /// Test hook: the next `n` spill-file writes on `device` fail as a full disk would.

@@ -16,7 +16,9 @@ use burn_backend::{Backend, DType, Shape, TensorMetadata};
 
 use super::device::device_key;
 use super::tensor::{Primitive, RetiredHandle, SpillTensor, TensorKind};
-use crate::engine::{DeviceEngine, OpInput, OpOutput, OpTicket, TensorId, TensorRole, engine_for};
+use crate::engine::{
+    DeviceEngine, OpInput, OpOutput, OpTicket, TensorId, TensorRole, Tier, engine_for,
+};
 use crate::tape::TensorView;
 
 /// What the tape needs of one tensor, held until the op is recorded.
@@ -273,6 +275,8 @@ impl<B: Backend> Drop for OpScope<B> {
                     recording.outputs.iter().map(TapeEntry::view),
                     recording.started,
                     duration,
+                    [Tier::Device, Tier::Host, Tier::Disk]
+                        .map(|tier| recording.engine.ledger().resident(tier)),
                 );
             }
             give_back(recording.inputs);

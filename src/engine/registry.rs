@@ -43,6 +43,9 @@ pub fn engine_for(key: DeviceKey) -> Arc<DeviceEngine> {
     })
 }
 
+/// The environment variable naming where every device's last recorded step is written at exit.
+pub const ENV_TRACE: &str = "BURN_SPILL_TRACE";
+
 fn lookup_or_insert(key: DeviceKey) -> Arc<DeviceEngine> {
     // A poisoned lock only means another thread panicked while inserting; the map is still valid.
     if let Some(engine) = ENGINES.read().unwrap_or_else(|e| e.into_inner()).get(&key) {
@@ -52,8 +55,74 @@ fn lookup_or_insert(key: DeviceKey) -> Arc<DeviceEngine> {
         .write()
         .unwrap_or_else(|e| e.into_inner())
         .entry(key)
-        .or_default()
+        .or_insert_with(|| {
+            let engine = Arc::new(DeviceEngine::default());
+            if trace_path().is_some() {
+                engine.recorder().set_enabled(true);
+                install_trace_dump();
+            }
+            engine
+        })
         .clone()
+}
+
+fn trace_path() -> Option<std::path::PathBuf> {
+    std::env::var_os(ENV_TRACE)
+        .filter(|p| !p.is_empty())
+        .map(Into::into)
+}
+
+fn install_trace_dump() {
+    static HOOK: std::sync::Once = std::sync::Once::new();
+    HOOK.call_once(|| {
+        #[cfg(unix)]
+        // SAFETY: `dump_traces` is a plain `extern "C" fn()` that catches every panic and only
+        // touches 'static data.
+        unsafe {
+            libc::atexit(dump_traces);
+        }
+    });
+}
+
+/// Writes, for every device that recorded a step, its last step as JSON at the trace path, as
+/// DOT at `<path>.dot` and as a Perfetto trace at `<path>.perfetto.json`; a second device's
+/// files get `.1` before those suffixes, and so on.
+extern "C" fn dump_traces() {
+    let _ = std::panic::catch_unwind(|| {
+        let Some(path) = trace_path() else { return };
+        let Ok(engines) = ENGINES.try_read() else {
+            return;
+        };
+        let mut keys: Vec<&DeviceKey> = engines.keys().collect();
+        keys.sort_by_key(|k| (k.kind, k.index));
+        let tapes = keys
+            .into_iter()
+            .filter_map(|k| engines[k].recorder().last_step());
+        for (n, tape) in tapes.enumerate() {
+            let mut base = path.clone().into_os_string();
+            if n > 0 {
+                base.push(format!(".{n}"));
+            }
+            let with = |suffix: &str| {
+                let mut p = base.clone();
+                p.push(suffix);
+                std::path::PathBuf::from(p)
+            };
+            for (file, format) in [
+                (
+                    std::path::PathBuf::from(base.clone()),
+                    crate::tape::TapeFormat::Json,
+                ),
+                (with(".dot"), crate::tape::TapeFormat::Dot),
+                (with(".perfetto.json"), crate::tape::TapeFormat::Perfetto),
+            ] {
+                if let Err(e) = crate::tape::write_file(&file, &crate::tape::render(&tape, format))
+                {
+                    tracing::warn!(target: "burn_spill::tape", "{e}");
+                }
+            }
+        }
+    });
 }
 
 #[cfg(test)]

@@ -80,4 +80,25 @@ pub struct StepTape {
     pub drops: Vec<DropRecord>,
     /// Wall duration of the step in nanoseconds.
     pub duration_ns: u64,
+    /// Resident bytes per tier after each recorded op (absent in tapes written before it
+    /// existed).
+    #[serde(default)]
+    pub tiers: Vec<TierSample>,
+}
+
+/// Bytes resident in each tier at one moment, for the "resident bytes" counter of
+/// [`to_perfetto`].
+///
+/// `t_ns` is on the tape's clock: nanoseconds since the step began, like
+/// [`OpRecord::start_ns`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TierSample {
+    /// When the sample was taken, in nanoseconds since the step began.
+    pub t_ns: u64,
+    /// Bytes on the device.
+    pub device: u64,
+    /// Bytes in host buffers.
+    pub host: u64,
+    /// Bytes in spill files.
+    pub disk: u64,
 }

@@ -6,11 +6,14 @@
 //! and export; only the last few steps are kept.
 
 use std::collections::{HashMap, VecDeque};
+use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Instant;
 
-use super::model::{DropRecord, OpRecord, Producer, StepTape, TAPE_SCHEMA_VERSION, TensorRecord};
+use super::model::{
+    DropRecord, OpRecord, Producer, StepTape, TAPE_SCHEMA_VERSION, TensorRecord, TierSample,
+};
 use crate::engine::{TensorId, TensorRole};
 
 /// How many finished steps a recorder keeps.
@@ -40,6 +43,8 @@ struct RawOp {
     start_ns: u64,
     duration_ns: u64,
     thread: u64,
+    /// Resident bytes per tier (device, host, disk) when the op finished.
+    resident: [u64; 3],
 }
 
 struct RawTensor {
@@ -59,7 +64,7 @@ struct Buffers {
     ops: Vec<RawOp>,
     ids: Vec<TensorId>,
     dims: Vec<usize>,
-    tensors: HashMap<TensorId, RawTensor>,
+    tensors: HashMap<TensorId, RawTensor, BuildHasherDefault<IdHasher>>,
     drops: Vec<DropRecord>,
 }
 
@@ -134,6 +139,16 @@ impl Buffers {
             tensors: tensors.into_iter().map(|(_, t)| t).collect(),
             drops: self.drops.clone(),
             duration_ns,
+            tiers: self
+                .ops
+                .iter()
+                .map(|op| TierSample {
+                    t_ns: op.start_ns + op.duration_ns,
+                    device: op.resident[0],
+                    host: op.resident[1],
+                    disk: op.resident[2],
+                })
+                .collect(),
         }
     }
 }
@@ -183,26 +198,52 @@ pub struct TapeCounters {
 /// this many steps (the design brief's figure).
 pub const DEFAULT_RESAMPLE_STEPS: u64 = 100;
 
+/// Mixes 64-bit words: the hot path hashes a few words per op, where SipHash's setup costs
+/// more than the work (this is FxHash's step).
+fn mix(h: u64, word: u64) -> u64 {
+    (h.rotate_left(5) ^ word).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95)
+}
+
 /// An op's signature: its name and its outputs' dtypes and shapes. Two steps of the same
-/// program have the same signature sequence; a dynamic graph or a new shape breaks it.
-struct SigBuilder(std::collections::hash_map::DefaultHasher);
+/// program have the same signature sequence; a dynamic graph or a new shape breaks it. Names
+/// and dtype names are `&'static str`s, so their addresses identify them within the process.
+struct SigBuilder(u64);
 
 impl SigBuilder {
-    fn new(name: &str) -> Self {
-        use std::hash::Hash;
-        let mut h = std::collections::hash_map::DefaultHasher::new();
-        name.hash(&mut h);
-        Self(h)
+    fn new(name: &'static str) -> Self {
+        Self(mix(0, name.as_ptr() as u64 ^ (name.len() as u64) << 48))
     }
 
     fn output(&mut self, t: &TensorView<'_>) {
-        use std::hash::Hash;
-        t.dtype.hash(&mut self.0);
-        t.shape.hash(&mut self.0);
+        self.0 = mix(self.0, t.dtype.as_ptr() as u64);
+        for &d in t.shape {
+            self.0 = mix(self.0, d as u64);
+        }
+        self.0 = mix(self.0, u64::MAX);
     }
 
     fn finish(self) -> u64 {
-        std::hash::Hasher::finish(&self.0)
+        self.0
+    }
+}
+
+/// Tensor ids are process-wide counters: one multiply spreads them well enough.
+#[derive(Default)]
+struct IdHasher(u64);
+
+impl Hasher for IdHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = mix(self.0, b as u64);
+        }
+    }
+
+    fn write_u64(&mut self, id: u64) {
+        self.0 = mix(self.0, id);
+    }
+
+    fn finish(&self) -> u64 {
+        self.0
     }
 }
 
@@ -277,6 +318,7 @@ impl Recorder {
         outputs: impl ExactSizeIterator<Item = TensorView<'a>>,
         started: Instant,
         duration_ns: u64,
+        resident: [u64; 3],
     ) {
         let thread = thread_number();
         let mut state = self.lock();
@@ -329,6 +371,7 @@ impl Recorder {
             start_ns,
             duration_ns,
             thread,
+            resident,
         });
     }
 
@@ -449,6 +492,7 @@ mod tests {
             [view(1, &[2, 3])].into_iter(),
             t0,
             10,
+            [0; 3],
         );
         rec.record_op(
             "float_exp",
@@ -456,6 +500,7 @@ mod tests {
             [view(2, &[2, 3])].into_iter(),
             t0,
             20,
+            [0; 3],
         );
         rec.record_drop(1);
         rec.record_op(
@@ -464,6 +509,7 @@ mod tests {
             [view(3, &[1])].into_iter(),
             t0,
             5,
+            [0; 3],
         );
         let tape = rec.boundary(true).unwrap();
         assert_eq!(tape.ops.len(), 3);
@@ -493,6 +539,7 @@ mod tests {
             [view(4, &[1])].into_iter(),
             t0,
             1,
+            [0; 3],
         );
         let next = rec.boundary(false).unwrap();
         assert!(next.marked && next.step == 1);
@@ -517,8 +564,22 @@ mod verify_tests {
             role: TensorRole::Other,
         };
         let t0 = Instant::now();
-        rec.record_op("float_exp", [view].into_iter(), [view].into_iter(), t0, 1);
-        rec.record_op("float_sum", [view].into_iter(), [view].into_iter(), t0, 1);
+        rec.record_op(
+            "float_exp",
+            [view].into_iter(),
+            [view].into_iter(),
+            t0,
+            1,
+            [0; 3],
+        );
+        rec.record_op(
+            "float_sum",
+            [view].into_iter(),
+            [view].into_iter(),
+            t0,
+            1,
+            [0; 3],
+        );
         rec.boundary(true)
     }
 

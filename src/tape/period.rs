@@ -1,0 +1,594 @@
+//! Step detection for code that never marks its steps: find the period of the op stream.
+//!
+//! A training loop runs the same program every step, so its stream of op signatures (name and
+//! output shapes, see [`op_signature`]) becomes periodic once the loop is running. The
+//! [`PeriodDetector`] is fed one signature per op and says when the most recent ops are two
+//! identical repetitions, and of what length.
+//!
+//! How it works, what it reports and its limits are on [`PeriodDetector`].
+
+use std::collections::HashMap;
+
+/// The modulus of the rolling hash: the Mersenne prime 2^61 - 1.
+const MODULUS: u64 = (1 << 61) - 1;
+
+/// The base of the rolling hash, an arbitrary fixed element of the field (fixed so that the
+/// detector is deterministic).
+const BASE: u64 = 0x0d1c_5a3b_7e29_4f61 % MODULUS;
+
+/// A signature for [`PeriodDetector::push`]: FNV-1a over the op name and its output shapes.
+///
+/// FNV rather than std's `DefaultHasher` because its output must not change between Rust
+/// releases, so signatures written to a tape stay comparable.
+pub fn op_signature<'a>(name: &str, output_shapes: impl IntoIterator<Item = &'a [usize]>) -> u64 {
+    const OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
+    const PRIME: u64 = 0x0000_0100_0000_01b3;
+    let mut h = OFFSET;
+    let mut eat = |bytes: &[u8]| {
+        for &b in bytes {
+            h ^= u64::from(b);
+            h = h.wrapping_mul(PRIME);
+        }
+    };
+    eat(name.as_bytes());
+    for shape in output_shapes {
+        // A separator and the rank keep `[2, 3]` + `[4]` apart from `[2]` + `[3, 4]`.
+        eat(&[0xff]);
+        eat(&(shape.len() as u64).to_le_bytes());
+        for &d in shape {
+            eat(&(d as u64).to_le_bytes());
+        }
+    }
+    h
+}
+
+/// A period being followed and the length of its current run.
+#[derive(Debug, Clone, Copy)]
+struct Candidate {
+    period: usize,
+    /// The length of the longest suffix with this period (at least `period`).
+    run: usize,
+}
+
+impl Candidate {
+    /// How many ops in a row, ending now, equal the op one period before them.
+    fn reach(&self) -> usize {
+        self.run - self.period
+    }
+}
+
+/// Finds the period of a stream of op signatures.
+///
+/// # How it works
+///
+/// For each candidate period `p` the detector keeps the *run*: the length of the longest suffix
+/// of the stream in which every op equals the op `p` before it. The last `2p` ops are two
+/// identical repetitions exactly when the run is at least `2p`. Keeping a run for every `p` up to
+/// the maximum would cost O(max) per op, so only a few candidates are followed (at most
+/// [`PeriodDetector::MAX_CANDIDATES`]), found two ways:
+/// - recurrences: when an op's signature was last seen `p` ops ago, `p` becomes a candidate. A
+///   step that holds any signature exactly once (the loss, the root gradient, an optimizer
+///   scalar) yields its period this way as soon as that op recurs;
+/// - a round-robin sweep over all periods in range, [`PeriodDetector::SWEEP_PER_PUSH`] per op:
+///   a period at which the current op repeats is proposed with its run. So a period is found
+///   even when every signature of the step occurs several times, within
+///   `(max - min + 1) / SWEEP_PER_PUSH` ops of the stream becoming periodic.
+///
+/// A new candidate's run is measured at once by binary search on rolling prefix hashes; from then
+/// on it is extended by exact comparison of one signature per op, and dropped at the first
+/// mismatch. So a push costs O(candidates + sweep) signature comparisons plus an O(log max)
+/// search for each new candidate (at most `1 + SWEEP_PER_PUSH` per op, usually none). Memory is
+/// bounded by three rings of `2 max + 1` words, a map of the signatures seen in the last `3 max`
+/// ops, and the candidates.
+///
+/// # Which period is reported
+///
+/// Of all candidates, the one whose repetition reaches furthest back wins: the most ops in a row,
+/// ending now, that each equal the op one period before them (`run - period`; ties: the smaller
+/// period). It is reported only if its run covers two repetitions. Preferring the earliest start
+/// rather than the smallest period matters because a step contains shorter repetitions of its
+/// own: identical layers in the forward and backward, per-parameter optimizer updates. Their
+/// repetition starts at their section of the current step, while the step's goes back to where
+/// the loop started. (The raw run would not do: it counts the first period for free, so a long
+/// period matching by chance for a few ops would beat a short one that has repeated for many.)
+/// So once the step's period is a candidate (at the first recurrence of a signature that occurs
+/// once per step, or when the sweep reaches it during the second step) nothing is reported until
+/// the second full step ends, and from then on the step's period, even inside a stretch of
+/// repeated layers.
+///
+/// Multiples of a period are periods too; a stream of period 3 under a minimum of 4 is reported
+/// as 6, the smallest multiple in range, since the last 12 ops are two repetitions of 6.
+///
+/// # Warm-up and limits
+///
+/// Ops before the repetition (model init, data loader start, a first step that creates
+/// optimizer state) are simply not part of any run: the step's run starts after them and the
+/// period is reported once two full repetitions follow the warm-up, whatever the warm-up's
+/// length. What cannot be told apart without seeing the future: before the step's period is a
+/// candidate, a repetition inside the step (two identical layers) is the best there is, so it is
+/// reported; in the first step always, in the second until the step's period is found. A caller
+/// that cuts steps should wait until a period has held for a full period before trusting it.
+/// Periods below the minimum (default 4, so that `A A` or `A B A B` inside a step are not steps)
+/// are reported only as their multiples in range; periods above the maximum never. A new
+/// candidate's run comes from 61-bit polynomial hashes, so a wrong one needs a hash collision
+/// (about 2^-61 per comparison); runs are extended by exact comparison only.
+///
+/// # Example
+///
+/// ```ignore
+/// let mut detector = PeriodDetector::default();
+/// for op in ops {
+///     if let Some(period) = detector.push(op_signature(op.name, op.shapes())) {
+///         // the last 2 * period ops are two identical steps
+///     }
+/// }
+/// ```
+#[derive(Debug, Clone)]
+pub struct PeriodDetector {
+    min: usize,
+    max: usize,
+    /// Ring length: `2 max + 1`, enough for the prefix hashes of the last `2 max` ops.
+    ring: usize,
+    /// `s[k]` at `k % ring`; grows to `ring` and then wraps.
+    sigs: Vec<u64>,
+    /// `H[k]`, the hash of `s[0..k)`, at `k % ring`.
+    prefix: Vec<u64>,
+    /// `BASE^k` for `k < ring`, grown as the stream grows.
+    pow: Vec<u64>,
+    /// Signatures pushed so far.
+    n: usize,
+    /// Each signature's last position, pruned to the last `max` ops every `ring` pushes.
+    last_seen: HashMap<u64, usize>,
+    candidates: Vec<Candidate>,
+    /// The next period the sweep checks.
+    sweep: usize,
+    period: Option<usize>,
+}
+
+impl Default for PeriodDetector {
+    /// Periods from [`PeriodDetector::DEFAULT_MIN`] to [`PeriodDetector::DEFAULT_MAX`] ops.
+    fn default() -> Self {
+        Self::new(Self::DEFAULT_MIN, Self::DEFAULT_MAX)
+    }
+}
+
+impl PeriodDetector {
+    /// The default shortest period: shorter repetitions are inner loops, not steps.
+    pub const DEFAULT_MIN: usize = 4;
+    /// The default longest period: a large transformer step is a few tens of thousands of ops.
+    pub const DEFAULT_MAX: usize = 100_000;
+    /// How many candidate periods are followed at once.
+    pub const MAX_CANDIDATES: usize = 32;
+    /// How many periods the round-robin sweep checks per pushed op.
+    pub const SWEEP_PER_PUSH: usize = 8;
+
+    /// A detector for periods of `min_period..=max_period` ops. A minimum of 0 is taken as 1 and
+    /// a maximum below the minimum as the minimum. Memory grows with the stream up to about
+    /// `6 max` words (plus the signature map) and then stays there.
+    pub fn new(min_period: usize, max_period: usize) -> Self {
+        let min = min_period.max(1);
+        let max = max_period.max(min);
+        let ring = 2 * max + 1;
+        Self {
+            min,
+            max,
+            ring,
+            sigs: Vec::new(),
+            prefix: vec![0],
+            pow: vec![1],
+            n: 0,
+            last_seen: HashMap::new(),
+            candidates: Vec::new(),
+            sweep: min,
+            period: None,
+        }
+    }
+
+    /// Feeds the next op's signature. Returns `Some(period)` when the last `2 * period` ops are
+    /// two identical repetitions and `period` is the current best period (see "Which period is
+    /// reported" on [`PeriodDetector`]); `None` otherwise.
+    pub fn push(&mut self, sig: u64) -> Option<usize> {
+        let k = self.n;
+        self.store(k, sig);
+        self.n += 1;
+
+        // Extend the runs; a mismatch ends a candidate.
+        let limit = self.run_limit();
+        let sigs = &self.sigs;
+        let ring = self.ring;
+        self.candidates.retain_mut(|c| {
+            let same = sigs[k % ring] == sigs[(k - c.period) % ring];
+            c.run = (c.run + 1).min(limit);
+            same
+        });
+
+        // A recurrence proposes its distance.
+        if let Some(q) = self.last_seen.insert(sig, k) {
+            let p = k - q;
+            if (self.min..=self.max).contains(&p) {
+                let run = self.measure_run(p);
+                self.propose(p, run);
+            }
+        }
+
+        // The sweep proposes periods at which this op repeats, square or not yet: a step whose
+        // signatures all recur within it becomes a candidate early in its second repetition, so
+        // its long run can hold back the shorter repetitions inside it.
+        let top = self.max.min(k);
+        if top >= self.min {
+            for _ in 0..Self::SWEEP_PER_PUSH {
+                let p = self.sweep;
+                self.sweep = if p >= top { self.min } else { p + 1 };
+                if self.sig(k) != self.sig(k - p) || self.candidates.iter().any(|c| c.period == p) {
+                    continue;
+                }
+                let run = self.measure_run(p);
+                self.propose(p, run);
+            }
+        }
+
+        if self.n.is_multiple_of(self.ring) {
+            // Recurrences further back than `max` can never propose a period again.
+            let (n, max) = (self.n, self.max);
+            self.last_seen.retain(|_, &mut q| q + max >= n);
+        }
+
+        self.period = self
+            .candidates
+            .iter()
+            .max_by_key(|c| (c.reach(), std::cmp::Reverse(c.period)))
+            .filter(|c| c.run >= 2 * c.period)
+            .map(|c| c.period);
+        self.period
+    }
+
+    /// What the last [`push`](Self::push) returned.
+    pub fn period(&self) -> Option<usize> {
+        self.period
+    }
+
+    /// How many signatures have been pushed.
+    pub fn pushed(&self) -> usize {
+        self.n
+    }
+
+    /// The shortest and longest periods this detector reports.
+    pub fn limits(&self) -> (usize, usize) {
+        (self.min, self.max)
+    }
+
+    /// Forgets the stream (keeping the limits and the memory already allocated).
+    pub fn reset(&mut self) {
+        self.sigs.clear();
+        self.prefix.clear();
+        self.prefix.push(0); // H[0]; the slot may hold a wrapped H[ring]
+        self.n = 0;
+        self.last_seen.clear();
+        self.candidates.clear();
+        self.sweep = self.min;
+        self.period = None;
+    }
+
+    /// Appends `s[k]` and `H[k + 1]`.
+    fn store(&mut self, k: usize, sig: u64) {
+        let h = add(mul(self.prefix[k % self.ring], BASE), mix(sig));
+        put(&mut self.sigs, k, self.ring, sig);
+        put(&mut self.prefix, k + 1, self.ring, h);
+        if self.pow.len() < self.ring {
+            let last = self.pow[self.pow.len() - 1];
+            self.pow.push(mul(last, BASE));
+        }
+    }
+
+    fn sig(&self, k: usize) -> u64 {
+        self.sigs[k % self.ring]
+    }
+
+    /// The longest run that can be measured: the ops still in the rings.
+    fn run_limit(&self) -> usize {
+        self.n.min(self.ring - 1)
+    }
+
+    /// The hash of `s[i..j)`; both ends within the last `ring - 1` ops.
+    fn hash(&self, i: usize, j: usize) -> u64 {
+        let hi = self.prefix[j % self.ring];
+        let lo = mul(self.prefix[i % self.ring], self.pow[j - i]);
+        add(hi, MODULUS - lo)
+    }
+
+    /// Whether the last `r` ops repeat with period `p` (each equals the one `p` before it).
+    fn periodic_suffix(&self, p: usize, r: usize) -> bool {
+        let n = self.n;
+        r <= self.run_limit() && self.hash(n - r, n - p) == self.hash(n - r + p, n)
+    }
+
+    /// The run of period `p` ending now, by binary search (a `p`-periodic suffix stays periodic
+    /// when shortened, so the predicate is monotone).
+    fn measure_run(&self, p: usize) -> usize {
+        let (mut lo, mut hi) = (p, self.run_limit());
+        if hi < lo {
+            return p;
+        }
+        while lo < hi {
+            let mid = lo + (hi - lo).div_ceil(2);
+            if self.periodic_suffix(p, mid) {
+                lo = mid;
+            } else {
+                hi = mid - 1;
+            }
+        }
+        lo
+    }
+
+    /// Follows period `p` with run `run`, evicting the shortest reach when full.
+    fn propose(&mut self, p: usize, run: usize) {
+        if run <= p || self.candidates.iter().any(|c| c.period == p) {
+            return; // not even one op repeats at that distance
+        }
+        let new = Candidate { period: p, run };
+        if self.candidates.len() < Self::MAX_CANDIDATES {
+            self.candidates.push(new);
+            return;
+        }
+        if let Some(weakest) = self.candidates.iter_mut().min_by_key(|c| c.reach())
+            && weakest.reach() < new.reach()
+        {
+            *weakest = new;
+        }
+    }
+}
+
+/// Writes `value` at position `k` of a ring that grows to `ring` entries and then wraps.
+fn put(buf: &mut Vec<u64>, k: usize, ring: usize, value: u64) {
+    if buf.len() < ring {
+        // Positions arrive in order, so while the ring is filling `k == buf.len()`.
+        buf.push(value);
+    } else {
+        buf[k % ring] = value;
+    }
+}
+
+/// A signature as a field element, mixed so that nearby signatures hash far apart.
+fn mix(sig: u64) -> u64 {
+    // splitmix64's finaliser.
+    let mut z = sig.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    (z ^ (z >> 31)) % MODULUS
+}
+
+/// `a * b mod 2^61 - 1` for `a, b < 2^61 - 1`.
+fn mul(a: u64, b: u64) -> u64 {
+    let p = u128::from(a) * u128::from(b);
+    // 2^61 = 1 (mod 2^61 - 1): fold the high bits onto the low.
+    let folded = (p as u64 & MODULUS) + (p >> 61) as u64;
+    reduce(reduce(folded))
+}
+
+fn add(a: u64, b: u64) -> u64 {
+    reduce(a + b)
+}
+
+fn reduce(x: u64) -> u64 {
+    if x >= MODULUS { x - MODULUS } else { x }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Pushes every signature; returns what each push reported.
+    fn feed(d: &mut PeriodDetector, sigs: &[u64]) -> Vec<Option<usize>> {
+        sigs.iter().map(|&s| d.push(s)).collect()
+    }
+
+    fn repeat(step: &[u64], times: usize) -> Vec<u64> {
+        step.iter()
+            .copied()
+            .cycle()
+            .take(step.len() * times)
+            .collect()
+    }
+
+    /// The first push (1-based count) that reported something, and what.
+    fn first_report(reports: &[Option<usize>]) -> Option<(usize, usize)> {
+        reports
+            .iter()
+            .enumerate()
+            .find_map(|(i, r)| r.map(|p| (i + 1, p)))
+    }
+
+    #[test]
+    fn a_pure_repetition_is_found_after_two_periods() {
+        let step = [1, 2, 3, 4, 5, 6, 7];
+        let mut d = PeriodDetector::new(4, 100);
+        let reports = feed(&mut d, &repeat(&step, 6));
+        assert_eq!(first_report(&reports), Some((14, 7)));
+        assert!(reports[13..].iter().all(|r| *r == Some(7)), "{reports:?}");
+        assert_eq!(d.period(), Some(7));
+        assert_eq!(d.pushed(), 42);
+    }
+
+    #[test]
+    fn a_warm_up_prefix_is_skipped() {
+        // Warm-up ops that share signatures with the step (a first step creating state, init
+        // ops like the step's) and some that do not.
+        let warm: Vec<u64> = vec![90, 91, 1, 2, 92, 3, 1, 93, 94, 95, 4, 96, 2];
+        let step = [1, 2, 3, 4, 5, 6];
+        let mut stream = warm.clone();
+        stream.extend(repeat(&step, 5));
+        let mut d = PeriodDetector::new(4, 1000);
+        let reports = feed(&mut d, &stream);
+        assert_eq!(first_report(&reports), Some((warm.len() + 12, 6)));
+        assert!(reports[warm.len() + 11..].iter().all(|r| *r == Some(6)));
+    }
+
+    #[test]
+    fn a_stream_that_never_repeats_reports_nothing() {
+        let mut d = PeriodDetector::new(4, 64);
+        assert!(
+            feed(&mut d, &(0..20_000).collect::<Vec<u64>>())
+                .iter()
+                .all(Option::is_none)
+        );
+        assert_eq!(d.period(), None);
+        // Memory stays bounded however long the stream.
+        assert!(d.sigs.len() <= 129 && d.prefix.len() <= 129 && d.pow.len() <= 129);
+        assert!(d.last_seen.len() <= 3 * 64 + 1, "{}", d.last_seen.len());
+        assert!(d.candidates.is_empty());
+    }
+
+    #[test]
+    fn an_inner_repetition_is_not_the_period() {
+        // A B A B C: period 5. With the default minimum, 2 is never a candidate.
+        let step = [10, 11, 10, 11, 12];
+        let mut d = PeriodDetector::new(4, 100);
+        let reports = feed(&mut d, &repeat(&step, 8));
+        assert_eq!(first_report(&reports), Some((10, 5)));
+        assert!(reports[9..].iter().all(|r| *r == Some(5)), "{reports:?}");
+
+        // With a minimum of 1 the inner square `A B A B` is reported while it is all there is,
+        // and the step takes over once two steps are seen, for good.
+        let mut d = PeriodDetector::new(1, 100);
+        let reports = feed(&mut d, &repeat(&step, 8));
+        assert_eq!(reports[3], Some(2), "A B A B is two repetitions of A B");
+        assert_eq!(reports[4], None, "C ends them");
+        assert!(reports[9..].iter().all(|r| *r == Some(5)), "{reports:?}");
+    }
+
+    #[test]
+    fn repeated_layers_do_not_beat_the_step_once_two_steps_are_seen() {
+        // embed, 6 identical layers of 5 ops, loss, root, 6 layer backwards of 4 ops, 2
+        // optimizer updates of identical shape.
+        let mut step = vec![1, 2];
+        for _ in 0..6 {
+            step.extend([10, 11, 12, 13, 14]);
+        }
+        step.extend([3, 4]);
+        for _ in 0..6 {
+            step.extend([20, 21, 22, 23]);
+        }
+        step.extend([30, 31, 32, 30, 31, 32]);
+        let len = step.len();
+        let mut d = PeriodDetector::new(4, 10_000);
+        let reports = feed(&mut d, &repeat(&step, 4));
+        // In the first step the layers are the longest repetition there is.
+        assert!(reports[..len].contains(&Some(5)));
+        // In the second, inside the layers, the step's run is longer than the layers' run: no
+        // layer period, only silence until the step is confirmed, then the step for good.
+        assert!(
+            reports[len..2 * len]
+                .iter()
+                .all(|r| r.is_none() || *r == Some(len))
+        );
+        assert!(
+            reports[2 * len - 1..].iter().all(|r| *r == Some(len)),
+            "{reports:?}"
+        );
+    }
+
+    #[test]
+    fn found_when_no_signature_is_unique_in_the_step() {
+        // A B B A: every signature occurs twice, the distances between recurrences are 1 and 3,
+        // never 4; only the sweep finds 4.
+        let step = [1, 2, 2, 1];
+        let mut d = PeriodDetector::new(4, 64);
+        let reports = feed(&mut d, &repeat(&step, 40));
+        let (at, p) = first_report(&reports).unwrap();
+        assert_eq!(p, 4);
+        // Within a full sweep of the periods after the second repetition.
+        assert!(
+            at <= 8 + 64 / PeriodDetector::SWEEP_PER_PUSH + 1,
+            "found after {at} ops"
+        );
+        assert!(reports[at - 1..].iter().all(|r| *r == Some(4)));
+    }
+
+    #[test]
+    fn periods_out_of_range_are_not_reported() {
+        let step: Vec<u64> = (0..50).collect();
+        let mut d = PeriodDetector::new(4, 20);
+        assert!(feed(&mut d, &repeat(&step, 5)).iter().all(Option::is_none));
+        // A period below the minimum shows as its smallest multiple in range.
+        let mut d = PeriodDetector::new(4, 100);
+        let reports = feed(&mut d, &repeat(&[1, 2, 3], 50));
+        assert_eq!(first_report(&reports), Some((12, 6)));
+        assert!(reports[11..].iter().all(|r| *r == Some(6)));
+    }
+
+    #[test]
+    fn a_change_of_program_is_followed() {
+        let mut stream = repeat(&[1, 2, 3, 4, 5], 6);
+        stream.extend(repeat(&[1, 2, 3, 4, 5, 6, 7], 6));
+        let mut d = PeriodDetector::new(4, 100);
+        let reports = feed(&mut d, &stream);
+        assert_eq!(reports[29], Some(5));
+        assert_eq!(*reports.last().unwrap(), Some(7));
+        assert!(
+            reports[30 + 13..].iter().all(|r| *r == Some(7)),
+            "{reports:?}"
+        );
+    }
+
+    #[test]
+    fn the_period_is_found_past_the_ring_and_with_many_repeated_signatures() {
+        // A long step (1000 ops) from only 10 distinct signatures plus one marker, far past the
+        // ring's wrap; the period stays found.
+        let mut step: Vec<u64> = (0..999).map(|i| (i * 7 % 10) as u64).collect();
+        step.push(99);
+        // The only unique signature ends the step, so the step's period becomes a candidate
+        // through the sweep, within (1500 - 4 + 1) / 8 ops of the second step's start.
+        let mut d = PeriodDetector::new(4, 1500);
+        let reports = feed(&mut d, &repeat(&step, 12));
+        assert_eq!(
+            reports[998],
+            Some(10),
+            "the first step is 10-periodic but for its end"
+        );
+        assert!(reports[1000 + 200..1999].iter().all(Option::is_none));
+        assert!(reports[1999..].iter().all(|r| *r == Some(1000)));
+        assert!(d.candidates.len() <= PeriodDetector::MAX_CANDIDATES);
+    }
+
+    #[test]
+    fn reset_forgets_the_stream() {
+        let mut d = PeriodDetector::new(4, 100);
+        feed(&mut d, &repeat(&[1, 2, 3, 4, 5], 4));
+        assert_eq!(d.period(), Some(5));
+        d.reset();
+        assert_eq!((d.period(), d.pushed()), (None, 0));
+        let reports = feed(&mut d, &repeat(&[7, 8, 9, 10], 3));
+        assert_eq!(first_report(&reports), Some((8, 4)));
+    }
+
+    #[test]
+    fn limits_are_sanitised() {
+        assert_eq!(PeriodDetector::new(0, 0).limits(), (1, 1));
+        assert_eq!(PeriodDetector::new(10, 3).limits(), (10, 10));
+        assert_eq!(PeriodDetector::default().limits(), (4, 100_000));
+        let mut d = PeriodDetector::new(1, 1);
+        assert_eq!(feed(&mut d, &[5, 5, 5]), vec![None, Some(1), Some(1)]);
+    }
+
+    #[test]
+    fn signatures_tell_names_and_shapes_apart() {
+        let a = op_signature("float_add", [&[2usize, 3][..]]);
+        assert_eq!(a, op_signature("float_add", [&[2usize, 3][..]]));
+        assert_ne!(a, op_signature("float_sub", [&[2usize, 3][..]]));
+        assert_ne!(a, op_signature("float_add", [&[3usize, 2][..]]));
+        assert_ne!(
+            op_signature("split", [&[2usize, 3][..], &[4][..]]),
+            op_signature("split", [&[2usize][..], &[3, 4][..]])
+        );
+        assert_ne!(op_signature("f", []), op_signature("f", [&[][..]]));
+    }
+
+    #[test]
+    fn modular_arithmetic_is_reduced() {
+        let m1 = MODULUS - 1;
+        assert_eq!(mul(m1, m1), 1, "(-1)^2 = 1");
+        assert_eq!(mul(m1, 2), MODULUS - 2);
+        assert_eq!(add(m1, 1), 0);
+        assert!(mix(u64::MAX) < MODULUS);
+    }
+}
