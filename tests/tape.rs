@@ -246,8 +246,38 @@ fn the_tape_exports_to_json_dot_and_perfetto() {
 fn exporting_before_any_step_is_an_error() {
     // A device no test of this binary records on: the second Flex-like key would need another
     // backend type, so use a fresh `SpillBackend` of a different inner type.
-    type Other = SpillBackend<Autodiff<Flex>>;
+    type Other = SpillBackend<SpillBackend<Flex>>;
     let device = Default::default();
     let err = Other::export_tape(&device, "/tmp/never.json", TapeFormat::Json).unwrap_err();
     assert!(matches!(err, burn_spill::SpillError::NoTape), "{err}");
+}
+
+#[test]
+fn an_unmarked_training_loop_is_cut_into_steps_automatically() {
+    // A device of its own (another inner backend type), so no marker of another test has been
+    // used on it: steps must be found from the op stream alone.
+    type Unmarked = SpillBackend<Autodiff<Flex>>;
+    type U = Autodiff<Unmarked>;
+    let device = Default::default();
+    Unmarked::configure(&device, SpillConfig::default().tape_resample_steps(1)).unwrap();
+    Unmarked::record_tape(&device, true);
+    for _ in 0..10 {
+        let w = Tensor::<U, 2>::from_data(TensorData::new(vec![1f32, 2., 3., 4.], [2, 2]), &device)
+            .require_grad();
+        let x = Tensor::<U, 2>::from_data(TensorData::new(vec![1f32; 6], [3, 2]), &device);
+        let loss = x.matmul(w.clone()).tanh().sum();
+        drop(w.grad(&loss.backward()));
+    }
+    let counters = Unmarked::tape_counters(&device);
+    let tape = Unmarked::last_step(&device).expect("steps were cut");
+    assert!(!tape.marked);
+    let period = counters.auto_period.expect("the period was found");
+    assert_eq!(tape.ops.len(), period);
+    // The loop body runs the same ops as the marked tiny step (with the inner autodiff's own
+    // bookkeeping ops on top, so compare with the spilled level's count, not the list).
+    assert!(
+        period >= 16,
+        "one whole training step per period: {period} ops"
+    );
+    Unmarked::record_tape(&device, false);
 }

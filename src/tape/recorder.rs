@@ -14,6 +14,7 @@ use std::time::Instant;
 use super::model::{
     DropRecord, OpRecord, Producer, StepTape, TAPE_SCHEMA_VERSION, TensorRecord, TierSample,
 };
+use super::period::PeriodDetector;
 use crate::engine::{TensorId, TensorRole};
 
 /// How many finished steps a recorder keeps.
@@ -181,6 +182,14 @@ struct State {
     steps_since_recorded: u64,
     resample_every: u64,
     divergences: u64,
+    /// Whether step markers were ever used; until then steps are found automatically.
+    markers_used: bool,
+    /// Finds the period of an unmarked op stream; dropped once the period is confirmed.
+    detector: Option<PeriodDetector>,
+    /// A period the detector reported, and for how many ops in a row it has held.
+    candidate: Option<(usize, usize)>,
+    /// The confirmed period of an unmarked stream: a step is cut every this many ops.
+    auto_period: Option<usize>,
 }
 
 /// What the recorder has seen, for stats and tests.
@@ -192,6 +201,8 @@ pub struct TapeCounters {
     pub divergences: u64,
     /// Whether the current step is only being verified against the recorded one.
     pub verifying: bool,
+    /// The period (in ops) found in an unmarked op stream, when steps are cut automatically.
+    pub auto_period: Option<usize>,
 }
 
 /// The default of [`Recorder::set_resample_every`]: a repeating step is recorded again every
@@ -247,6 +258,118 @@ impl Hasher for IdHasher {
     }
 }
 
+impl State {
+    /// Closes the current step (see [`Recorder::boundary`]).
+    fn close(&mut self, next_marked: bool) -> Option<Arc<StepTape>> {
+        let state = self;
+        let mut closed = None;
+        match state.mode {
+            Mode::Record if !state.buffers.ops.is_empty() => {
+                let duration = state.step_start.elapsed().as_nanos() as u64;
+                let tape = Arc::new(state.buffers.finish(state.step, state.marked, duration));
+                state.step += 1;
+                if state.finished.len() == KEPT_STEPS {
+                    state.finished.pop_front();
+                }
+                state.finished.push_back(tape.clone());
+                closed = Some(tape);
+                let repeats = !state.expected.is_empty() && state.expected == state.signatures;
+                if !state.expected.is_empty() && !repeats {
+                    state.divergences += 1;
+                    state.restart_detection();
+                }
+                state.stable = if repeats { state.stable + 1 } else { 0 };
+                std::mem::swap(&mut state.expected, &mut state.signatures);
+                state.steps_since_recorded = 0;
+                if state.stable >= 1 && state.resample_every > 1 {
+                    state.mode = Mode::Verify;
+                }
+            }
+            Mode::Record => {}
+            Mode::Verify if state.signatures.is_empty() => {}
+            Mode::Verify => {
+                state.step += 1;
+                state.steps_since_recorded += 1;
+                let diverged =
+                    state.diverged_at.is_some() || state.signatures.len() != state.expected.len();
+                if diverged {
+                    state.divergences += 1;
+                    tracing::debug!(
+                        target: "burn_spill::tape",
+                        step = state.step - 1,
+                        at_op = state.diverged_at.unwrap_or(state.expected.len() as u32),
+                        "the op sequence diverged from the recorded step; recording the next step"
+                    );
+                    state.mode = Mode::Record;
+                    state.stable = 0;
+                    state.expected.clear();
+                    state.restart_detection();
+                } else if state.steps_since_recorded + 1 >= state.resample_every {
+                    state.mode = Mode::Record;
+                }
+            }
+        }
+        state.buffers.clear();
+        state.signatures.clear();
+        state.diverged_at = None;
+        state.step_start = Instant::now();
+        state.marked = next_marked;
+        closed
+    }
+
+    /// Forgets the period of an unmarked stream, so that it is found again (the program
+    /// changed).
+    fn restart_detection(&mut self) {
+        if !self.markers_used && self.auto_period.is_some() {
+            self.auto_period = None;
+            self.candidate = None;
+        }
+    }
+
+    /// Cuts unmarked streams into steps: until the period is known, every op's signature goes
+    /// to the detector; a period that held for a whole period is confirmed, the ops before it
+    /// (warm-up and the repetitions that found it) are dropped, and from then on a step is cut
+    /// every `period` ops.
+    fn auto_step(&mut self, sig: u64) {
+        if self.markers_used {
+            return;
+        }
+        if let Some(period) = self.auto_period {
+            if self.signatures.len() >= period {
+                self.close(false);
+            }
+            return;
+        }
+        if self.signatures.len() > 3 * PeriodDetector::DEFAULT_MAX {
+            // No period yet and a long stream: keep detecting, but not the buffers.
+            self.buffers.clear();
+            self.signatures.clear();
+        }
+        let detector = self.detector.get_or_insert_with(PeriodDetector::default);
+        let Some(period) = detector.push(sig) else {
+            self.candidate = None;
+            return;
+        };
+        let held = match self.candidate {
+            Some((p, held)) if p == period => held + 1,
+            _ => 1,
+        };
+        self.candidate = Some((period, held));
+        if held >= period {
+            self.auto_period = Some(period);
+            self.detector = None;
+            self.candidate = None;
+            // Not a step: whatever ran before the repetition, plus the repetitions.
+            self.buffers.clear();
+            self.signatures.clear();
+            self.expected.clear();
+            self.stable = 0;
+            self.mode = Mode::Record;
+            self.step_start = Instant::now();
+        }
+    }
+}
+
 /// The per-device recorder.
 pub struct Recorder {
     enabled: AtomicBool,
@@ -271,6 +394,10 @@ impl Default for Recorder {
                 steps_since_recorded: 0,
                 resample_every: DEFAULT_RESAMPLE_STEPS,
                 divergences: 0,
+                markers_used: false,
+                detector: None,
+                candidate: None,
+                auto_period: None,
             }),
         }
     }
@@ -336,6 +463,7 @@ impl Recorder {
             }
             state.signatures.push(sig);
             drop(inputs);
+            state.auto_step(sig);
             return;
         }
         let start_ns = started
@@ -361,7 +489,8 @@ impl Recorder {
             );
             buffers.ids.push(output.id);
         }
-        state.signatures.push(sig.finish());
+        let sig = sig.finish();
+        state.signatures.push(sig);
         let buffers = &mut state.buffers;
         buffers.ops.push(RawOp {
             name,
@@ -373,6 +502,7 @@ impl Recorder {
             thread,
             resident,
         });
+        state.auto_step(sig);
     }
 
     /// Notes that a tensor's last handle dropped.
@@ -396,58 +526,12 @@ impl Recorder {
     /// dynamic graph, a new shape) is counted as a divergence and the next step is recorded.
     pub fn boundary(&self, next_marked: bool) -> Option<Arc<StepTape>> {
         let mut state = self.lock();
-        let state = &mut *state;
-        let mut closed = None;
-        match state.mode {
-            Mode::Record if !state.buffers.ops.is_empty() => {
-                let duration = state.step_start.elapsed().as_nanos() as u64;
-                let tape = Arc::new(state.buffers.finish(state.step, state.marked, duration));
-                state.step += 1;
-                if state.finished.len() == KEPT_STEPS {
-                    state.finished.pop_front();
-                }
-                state.finished.push_back(tape.clone());
-                closed = Some(tape);
-                let repeats = !state.expected.is_empty() && state.expected == state.signatures;
-                if !state.expected.is_empty() && !repeats {
-                    state.divergences += 1;
-                }
-                state.stable = if repeats { state.stable + 1 } else { 0 };
-                std::mem::swap(&mut state.expected, &mut state.signatures);
-                state.steps_since_recorded = 0;
-                if state.stable >= 1 && state.resample_every > 1 {
-                    state.mode = Mode::Verify;
-                }
-            }
-            Mode::Record => {}
-            Mode::Verify if state.signatures.is_empty() => {}
-            Mode::Verify => {
-                state.step += 1;
-                state.steps_since_recorded += 1;
-                let diverged =
-                    state.diverged_at.is_some() || state.signatures.len() != state.expected.len();
-                if diverged {
-                    state.divergences += 1;
-                    tracing::debug!(
-                        target: "burn_spill::tape",
-                        step = state.step - 1,
-                        at_op = state.diverged_at.unwrap_or(state.expected.len() as u32),
-                        "the op sequence diverged from the recorded step; recording the next step"
-                    );
-                    state.mode = Mode::Record;
-                    state.stable = 0;
-                    state.expected.clear();
-                } else if state.steps_since_recorded + 1 >= state.resample_every {
-                    state.mode = Mode::Record;
-                }
-            }
+        if next_marked {
+            state.markers_used = true;
+            state.detector = None;
+            state.auto_period = None;
         }
-        state.buffers.clear();
-        state.signatures.clear();
-        state.diverged_at = None;
-        state.step_start = Instant::now();
-        state.marked = next_marked;
-        closed
+        state.close(next_marked)
     }
 
     /// Steps, divergences and whether the recorder is only verifying now.
@@ -457,6 +541,7 @@ impl Recorder {
             steps: state.step,
             divergences: state.divergences,
             verifying: state.mode == Mode::Verify,
+            auto_period: state.auto_period,
         }
     }
 
@@ -606,5 +691,68 @@ mod verify_tests {
         let again = step(&rec, &[3]).expect("re-recorded after the divergence");
         assert_eq!(again.step, 6);
         assert_eq!(again.tensors[0].shape, vec![3]);
+    }
+}
+
+#[cfg(test)]
+mod auto_step_tests {
+    use super::*;
+
+    #[test]
+    fn an_unmarked_stream_is_cut_at_its_period() {
+        let rec = Recorder::default();
+        rec.set_enabled(true);
+        rec.set_resample_every(1);
+        let names = [
+            "float_exp",
+            "float_log",
+            "float_mul",
+            "float_sum",
+            "float_neg",
+        ];
+        let t0 = Instant::now();
+        let shape = [3usize];
+        // Warm-up ops that never repeat, then the 5-op step, 12 times.
+        for w in 0..3usize {
+            let warm = [w + 10];
+            let view = TensorView {
+                id: 1,
+                bytes: 4,
+                dtype: "F32",
+                shape: &warm,
+                role: TensorRole::Other,
+            };
+            rec.record_op(
+                "float_from_data",
+                [].into_iter(),
+                [view].into_iter(),
+                t0,
+                1,
+                [0; 3],
+            );
+        }
+        for _ in 0..12 {
+            for name in names {
+                let view = TensorView {
+                    id: 1,
+                    bytes: 4,
+                    dtype: "F32",
+                    shape: &shape,
+                    role: TensorRole::Other,
+                };
+                rec.record_op(name, [view].into_iter(), [view].into_iter(), t0, 1, [0; 3]);
+            }
+        }
+        let counters = rec.counters();
+        assert_eq!(counters.auto_period, Some(5));
+        let last = rec.last_step().expect("steps were cut");
+        assert_eq!(last.ops.len(), 5);
+        assert!(!last.marked);
+        let mut seen: Vec<&str> = last.ops.iter().map(|o| o.name.as_str()).collect();
+        seen.sort_unstable();
+        let mut all = names.to_vec();
+        all.sort_unstable();
+        assert_eq!(seen, all, "one whole period, in some rotation");
+        assert_eq!(counters.divergences, 0);
     }
 }
