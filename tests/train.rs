@@ -134,9 +134,17 @@ impl<B: Backend> InferenceStep for SmallCnn<B> {
 
 /// One epoch of five batches through `SupervisedTraining::launch`; returns the final parameters.
 fn cnn_learner_run<B: AutodiffBackend>(dir: &std::path::Path) -> Vec<TensorData> {
+    cnn_learner_run_with::<B>(dir, 20)
+}
+
+/// One epoch over `items` items in batches of 4.
+fn cnn_learner_run_with<B: AutodiffBackend>(
+    dir: &std::path::Path,
+    items: usize,
+) -> Vec<TensorData> {
     let device = B::Device::default();
     B::seed(&device, 3);
-    let items: Vec<_> = (0..20).map(|seed| SeedItem { seed }).collect();
+    let items: Vec<_> = (0..items).map(|seed| SeedItem { seed }).collect();
     let train = DataLoaderBuilder::new(CnnBatcher)
         .batch_size(4)
         .build(InMemDataset::new(items.clone()));
@@ -241,4 +249,42 @@ fn cnn_learner_run_is_bit_identical() {
             .any(|(i, p)| i.as_bytes() != p.as_bytes()),
         "the Learner did not train"
     );
+}
+
+/// A `Learner` user writes no step markers: the tape finds the training step in the op stream
+/// (the period of forward, backward and optimizer ops) and cuts the steps itself.
+#[test]
+fn learner_steps_are_found_without_markers() {
+    let _rng = rng_lock(); // every test of this binary that runs ops on the device holds it
+    let device = Default::default();
+    SpillBackend::<Flex>::record_tape(&device, true);
+    let dir = tempfile::tempdir().unwrap();
+    let _ = cnn_learner_run_with::<Spilled>(dir.path(), 48);
+    let counters = SpillBackend::<Flex>::tape_counters(&device);
+    let tape = SpillBackend::<Flex>::last_step(&device);
+    SpillBackend::<Flex>::record_tape(&device, false);
+    let tape = tape.expect("the op stream was cut into steps");
+    assert!(!tape.marked);
+    assert!(counters.steps >= 2, "{counters:?}");
+    // The last step cut during training is one whole step, though it may start anywhere in
+    // the loop (the cut falls where the period was confirmed): it makes one batch, runs the
+    // convolutions forward and backward, and Adam's update (the square root of its second
+    // moment). (After training the validation ops diverge from the period, which is why the
+    // counters may show no period any more.)
+    let names: Vec<&str> = tape.ops.iter().map(|o| o.name.as_str()).collect();
+    assert_eq!(
+        names.iter().filter(|n| **n == "int_from_data").count(),
+        1,
+        "{names:?}"
+    );
+    let count = |op: &str| names.iter().filter(|n| **n == op).count();
+    assert!(count("conv2d") > 0);
+    // This TrainStep runs the forward twice (once for the output, once inside the loss), and
+    // backward once, through the loss.
+    assert_eq!(
+        count("conv2d"),
+        2 * count("conv2d_weight_backward"),
+        "{names:?}"
+    );
+    assert!(count("float_sqrt") > 0, "Adam's update is in the step");
 }

@@ -190,6 +190,10 @@ struct State {
     candidate: Option<(usize, usize)>,
     /// The confirmed period of an unmarked stream: a step is cut every this many ops.
     auto_period: Option<usize>,
+    /// The thread whose ops define the steps: the one calling `step_begin`, or else the first
+    /// that recorded. Ops of other threads (metric or data-loading workers) are recorded but
+    /// their nondeterministic interleaving must not break verification or period detection.
+    main_thread: Option<u64>,
 }
 
 /// What the recorder has seen, for stats and tests.
@@ -326,46 +330,49 @@ impl State {
         }
     }
 
-    /// Cuts unmarked streams into steps: until the period is known, every op's signature goes
-    /// to the detector; a period that held for a whole period is confirmed, the ops before it
-    /// (warm-up and the repetitions that found it) are dropped, and from then on a step is cut
-    /// every `period` ops.
+    /// Cuts unmarked streams into steps. Every op's signature goes to the period detector; a
+    /// reported period that held for a whole period is confirmed, and from then on a step is cut
+    /// every `period` ops (the ops before the confirmation are not a step). The detector keeps
+    /// running: the whole training step is often confirmed only after shorter repetitions inside
+    /// it (identical layers, the optimizer's per-parameter updates), so a longer confirmed
+    /// period replaces a shorter one. After a divergence any confirmed period is taken.
     fn auto_step(&mut self, sig: u64) {
         if self.markers_used {
             return;
         }
-        if let Some(period) = self.auto_period {
-            if self.signatures.len() >= period {
+        let detector = self.detector.get_or_insert_with(PeriodDetector::default);
+        match detector.push(sig) {
+            Some(period) => {
+                let held = match self.candidate {
+                    Some((p, held)) if p == period => held + 1,
+                    _ => 1,
+                };
+                self.candidate = Some((period, held));
+                if held >= period && period > self.auto_period.unwrap_or(0) {
+                    self.auto_period = Some(period);
+                    // Not a step: whatever ran before, up to the confirmation.
+                    self.buffers.clear();
+                    self.signatures.clear();
+                    self.expected.clear();
+                    self.stable = 0;
+                    self.mode = Mode::Record;
+                    self.step_start = Instant::now();
+                    return;
+                }
+            }
+            None => self.candidate = None,
+        }
+        match self.auto_period {
+            Some(period) if self.signatures.len() >= period => {
                 self.close(false);
             }
-            return;
-        }
-        if self.signatures.len() > 3 * PeriodDetector::DEFAULT_MAX {
-            // No period yet and a long stream: keep detecting, but not the buffers.
-            self.buffers.clear();
-            self.signatures.clear();
-        }
-        let detector = self.detector.get_or_insert_with(PeriodDetector::default);
-        let Some(period) = detector.push(sig) else {
-            self.candidate = None;
-            return;
-        };
-        let held = match self.candidate {
-            Some((p, held)) if p == period => held + 1,
-            _ => 1,
-        };
-        self.candidate = Some((period, held));
-        if held >= period {
-            self.auto_period = Some(period);
-            self.detector = None;
-            self.candidate = None;
-            // Not a step: whatever ran before the repetition, plus the repetitions.
-            self.buffers.clear();
-            self.signatures.clear();
-            self.expected.clear();
-            self.stable = 0;
-            self.mode = Mode::Record;
-            self.step_start = Instant::now();
+            Some(_) => {}
+            None if self.signatures.len() > 3 * PeriodDetector::DEFAULT_MAX => {
+                // No period yet and a long stream: keep detecting, but not the buffers.
+                self.buffers.clear();
+                self.signatures.clear();
+            }
+            None => {}
         }
     }
 }
@@ -398,6 +405,7 @@ impl Default for Recorder {
                 detector: None,
                 candidate: None,
                 auto_period: None,
+                main_thread: None,
             }),
         }
     }
@@ -450,6 +458,10 @@ impl Recorder {
         let thread = thread_number();
         let mut state = self.lock();
         let state = &mut *state;
+        let main = *state.main_thread.get_or_insert(thread) == thread;
+        if state.mode == Mode::Verify && !main {
+            return;
+        }
         if state.mode == Mode::Verify {
             // Only the signature: the step is expected to repeat the recorded one.
             let mut sig = SigBuilder::new(name);
@@ -490,7 +502,9 @@ impl Recorder {
             buffers.ids.push(output.id);
         }
         let sig = sig.finish();
-        state.signatures.push(sig);
+        if main {
+            state.signatures.push(sig);
+        }
         let buffers = &mut state.buffers;
         buffers.ops.push(RawOp {
             name,
@@ -502,7 +516,9 @@ impl Recorder {
             thread,
             resident,
         });
-        state.auto_step(sig);
+        if main {
+            state.auto_step(sig);
+        }
     }
 
     /// Notes that a tensor's last handle dropped.
@@ -527,6 +543,7 @@ impl Recorder {
     pub fn boundary(&self, next_marked: bool) -> Option<Arc<StepTape>> {
         let mut state = self.lock();
         if next_marked {
+            state.main_thread = Some(thread_number());
             state.markers_used = true;
             state.detector = None;
             state.auto_period = None;
