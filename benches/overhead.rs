@@ -211,4 +211,8 @@ fn main() {
         "cnn_train_step, tape recording every step in full: median on/off ratio over {rounds} alternating steps = {:.4}",
         paired_recording_ratio(rounds, 1)
     );
+    println!(
+        "cnn_train_step, tape with the default resampling (verify steps, record every 100th): median on/off ratio over {rounds} alternating steps = {:.4}",
+        paired_recording_ratio(rounds, 100)
+    );
 }
