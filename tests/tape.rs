@@ -23,16 +23,23 @@ fn tiny_step(device: &<Flex as burn::tensor::backend::BackendTypes>::Device, row
     drop(w.grad(&grads));
 }
 
+/// Records every step in full, runs one marked tiny step and returns its tape.
+fn record_one_tiny_step(
+    device: &<Flex as burn::tensor::backend::BackendTypes>::Device,
+) -> std::sync::Arc<burn_spill::StepTape> {
+    Spill::configure(device, SpillConfig::default().tape_resample_steps(1)).unwrap();
+    {
+        let _step = Spill::step(device);
+        tiny_step(device, 3);
+    }
+    Spill::last_step(device).expect("a finished step")
+}
+
 #[test]
 fn a_marked_step_records_every_op_in_order() {
     let _device = ExclusiveDevice::take();
     let device = Default::default();
-    Spill::configure(&device, SpillConfig::default().tape_resample_steps(1)).unwrap();
-    {
-        let _step = Spill::step(&device);
-        tiny_step(&device, 3);
-    }
-    let tape = Spill::last_step(&device).expect("a finished step");
+    let tape = record_one_tiny_step(&device);
     let names: Vec<&str> = tape.ops.iter().map(|o| o.name.as_str()).collect();
     // Forward: two from_data, matmul, tanh, sum. Backward (Burn 0.21 autodiff): the root
     // gradient (ones like the loss), sum's backward (ones of the input shape times the
@@ -116,12 +123,7 @@ fn a_changed_shape_is_a_divergence_and_the_next_step_is_recorded() {
 fn step_end_without_step_begin_only_warns() {
     let _device = ExclusiveDevice::take();
     let device = Default::default();
-    Spill::configure(&device, SpillConfig::default().tape_resample_steps(1)).unwrap();
-    {
-        let _step = Spill::step(&device);
-        tiny_step(&device, 3);
-    }
-    let tape = Spill::last_step(&device).unwrap();
+    let tape = record_one_tiny_step(&device);
     let counters = Spill::tape_counters(&device);
     Spill::step_end(&device);
     Spill::step_end(&device);
@@ -144,12 +146,7 @@ fn step_end_without_step_begin_only_warns() {
 fn the_analysis_of_the_tiny_step_matches_the_hand_derivation() {
     let _device = ExclusiveDevice::take();
     let device = Default::default();
-    Spill::configure(&device, SpillConfig::default().tape_resample_steps(1)).unwrap();
-    {
-        let _step = Spill::step(&device);
-        tiny_step(&device, 3);
-    }
-    let tape = Spill::last_step(&device).unwrap();
+    let tape = record_one_tiny_step(&device);
     let a = Spill::analyze_last_step(&device).unwrap();
     let id = |op: usize| tape.ops[op].outputs[0];
     let (w, x, xw) = (id(0), id(1), id(2));
