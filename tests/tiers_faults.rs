@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 use burn::tensor::backend::Backend;
 use burn::tensor::{Device, Tensor, TensorData};
 use burn_spill::{SpillConfig, SpillError, Tier};
-use common::{ExclusiveDevice, Plain, Spill, assert_same_data, input};
+use common::{ExclusiveDevice, Plain, Spill, assert_same_data, input, panic_message};
 
 fn dev() -> Device<Spill> {
     Default::default()
@@ -37,16 +37,6 @@ fn assert_same_tensors(plain: &[Tensor<Plain, 2>], spill: &[Tensor<Spill, 2>], w
     assert_eq!(plain.len(), spill.len());
     for (i, (p, s)) in plain.iter().zip(spill).enumerate() {
         assert_same_data(&read(p), &read(s), &format!("{what}: tensor {i}"));
-    }
-}
-
-fn panic_message(payload: Box<dyn std::any::Any + Send>) -> String {
-    if let Some(s) = payload.downcast_ref::<&str>() {
-        s.to_string()
-    } else if let Some(s) = payload.downcast_ref::<String>() {
-        s.clone()
-    } else {
-        "<non-string panic>".to_string()
     }
 }
 
