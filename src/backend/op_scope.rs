@@ -1,13 +1,14 @@
-//! `OpScope`: what one op call does around `B`'s kernel when a budget is in force.
+//! `OpScope`: what one op call does around `B`'s kernel when a budget is in force or the tape
+//! records.
 //!
 //! The forwarding macro makes one per call: it notes the input handles, asks the engine to make
 //! room (restores come back within the budget, the running op's inputs are never evicted),
 //! takes the primitives, wraps the outputs, and on drop hands the outputs to the engine, lets
-//! the consumed inputs go and settles the device under its watermark. On an unconfigured device
-//! every step is a flag check and nothing is allocated.
+//! the consumed inputs go and settles the device under its watermark; when the device's tape
+//! records, it also records the op. On an unconfigured device every step is a flag check and
+//! nothing is allocated.
 
 use std::cell::RefCell;
-use std::collections::hash_map::DefaultHasher;
 use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 use std::time::Instant;
@@ -20,6 +21,7 @@ use crate::engine::{
     DeviceEngine, OpInput, OpOutput, OpTicket, TensorId, TensorRole, Tier, engine_for,
 };
 use crate::tape::TensorView;
+use crate::tape::recorder::FastHasher;
 
 /// What the tape needs of one tensor, held until the op is recorded.
 struct TapeEntry {
@@ -103,7 +105,7 @@ pub(crate) struct OpScope<B: Backend> {
     engine: Option<Arc<DeviceEngine>>,
     inputs: Vec<OpInput>,
     /// Non-tensor arguments that decide the output size (shapes, dtypes, data lengths).
-    hints: Option<DefaultHasher>,
+    hints: Option<FastHasher>,
     ticket: Option<OpTicket>,
     outputs: Vec<OpOutput>,
     retired: Vec<RetiredHandle<B>>,
@@ -174,7 +176,7 @@ impl<B: Backend> OpScope<B> {
 
     /// Notes an argument that decides the output size.
     pub(crate) fn hint(&mut self, value: &impl Hash) {
-        value.hash(self.hints.get_or_insert_with(DefaultHasher::new));
+        value.hash(self.hints.get_or_insert_with(FastHasher::default));
     }
 
     /// Makes room for the noted inputs and the estimated output.

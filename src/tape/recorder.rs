@@ -65,7 +65,7 @@ struct Buffers {
     ops: Vec<RawOp>,
     ids: Vec<TensorId>,
     dims: Vec<usize>,
-    tensors: HashMap<TensorId, RawTensor, BuildHasherDefault<IdHasher>>,
+    tensors: HashMap<TensorId, RawTensor, BuildHasherDefault<FastHasher>>,
     drops: Vec<DropRecord>,
 }
 
@@ -242,11 +242,12 @@ impl SigBuilder {
     }
 }
 
-/// Tensor ids are process-wide counters: one multiply spreads them well enough.
+/// A few-words hasher for the hot path (tensor ids, op hints): one multiply per word spreads
+/// counters and small values well enough, where SipHash's setup would cost more than the work.
 #[derive(Default)]
-struct IdHasher(u64);
+pub(crate) struct FastHasher(u64);
 
-impl Hasher for IdHasher {
+impl Hasher for FastHasher {
     fn write(&mut self, bytes: &[u8]) {
         for &b in bytes {
             self.0 = mix(self.0, b as u64);
@@ -255,6 +256,10 @@ impl Hasher for IdHasher {
 
     fn write_u64(&mut self, id: u64) {
         self.0 = mix(self.0, id);
+    }
+
+    fn write_usize(&mut self, value: usize) {
+        self.0 = mix(self.0, value as u64);
     }
 
     fn finish(&self) -> u64 {
