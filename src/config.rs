@@ -113,6 +113,7 @@ pub struct SpillConfig {
     spill_threshold: f64,
     prefetch_window: usize,
     tape_resample_steps: u64,
+    asynchronous: bool,
 }
 
 impl Default for SpillConfig {
@@ -129,6 +130,7 @@ impl Default for SpillConfig {
             spill_threshold: 1.0,
             prefetch_window: 0,
             tape_resample_steps: 100,
+            asynchronous: true,
         }
     }
 }
@@ -170,10 +172,12 @@ impl SpillConfig {
         Self::preset(Preset::Gan)
     }
 
-    /// Replaces the watermarks and prefetch window with `preset`'s; the rest stays.
+    /// Replaces the watermarks and prefetch window with `preset`'s and picks the
+    /// [`CostAware`](PolicyKind::CostAware) policy; the rest stays.
     pub fn with_preset(mut self, preset: Preset) -> Self {
         let (cache_ratio, spill_threshold, prefetch_window) = preset.numbers();
         self.preset = Some(preset);
+        self.policy = PolicyKind::CostAware;
         self.cache_ratio = cache_ratio;
         self.spill_threshold = spill_threshold;
         self.prefetch_window = prefetch_window;
@@ -248,10 +252,24 @@ impl SpillConfig {
         self
     }
 
-    /// How many ops ahead prefetching looks (used once prefetch exists; kept for the presets).
+    /// How many ops ahead spilled tensors are brought back to the device, once the tape has
+    /// recorded a step (0 turns prefetching off; a window longer than the step is clamped to
+    /// it). A tensor that still arrives late gets an extra op of lead each time, next step.
     pub fn prefetch_window(mut self, ops: usize) -> Self {
         self.prefetch_window = ops;
         self
+    }
+
+    /// Whether moves that ops need not wait for (evictions after an op, host overflow to disk,
+    /// prefetches) run on background transfer workers (default) or on the op's own thread.
+    pub fn asynchronous(mut self, on: bool) -> Self {
+        self.asynchronous = on;
+        self
+    }
+
+    /// See [`asynchronous`](Self::asynchronous).
+    pub fn is_asynchronous(&self) -> bool {
+        self.asynchronous
     }
 
     /// Once steps repeat, the tape only verifies each step's op sequence and records one step
@@ -455,8 +473,14 @@ fn parse_limit(field: &'static str, value: &str) -> Result<Option<u64>, SpillErr
     })
 }
 
-/// Parses `123`, `123B`, `4KiB`/`4K` (1024), `4KB` (1000), up to `T`; decimals allowed with a unit.
-pub(crate) fn parse_bytes(value: &str) -> Option<u64> {
+/// Parses a byte count: `123`, `123B`, `4KiB`/`4K` (1024), `4KB` (1000), up to `T`; decimals
+/// are allowed with a unit (`1.5GB`). The same syntax the environment overrides accept.
+///
+/// ```
+/// assert_eq!(burn_spill::parse_bytes("512MiB"), Some(512 << 20));
+/// assert_eq!(burn_spill::parse_bytes("lots"), None);
+/// ```
+pub fn parse_bytes(value: &str) -> Option<u64> {
     let v = value.trim();
     let split = v
         .find(|c: char| !(c.is_ascii_digit() || c == '.'))

@@ -19,6 +19,7 @@ mod backend;
 mod config;
 mod engine;
 mod error;
+mod fast_hash;
 mod policy;
 mod stats;
 mod tape;
@@ -27,11 +28,15 @@ pub use backend::tensor::{SpillTensor, TensorKind};
 pub use backend::{SpillBackend, StepGuard};
 pub use config::{
     DeviceBudget, ENV_BUDGET, ENV_DIR, ENV_HOST_LIMIT, ENV_POLICY, ENV_PRESET, Preset, SpillConfig,
+    parse_bytes,
 };
 pub use engine::{LiveSummary, TensorId, TensorRole, Tier};
 pub use error::SpillError;
 pub use policy::PolicyKind;
-pub use stats::{MoveStats, SpillStats, TierBytes};
+pub use policy::plan::{KeyAt, NextUse, PlanKey, UsePlan};
+pub use policy::simulate::{Replay, replay};
+pub use policy::victim::{Bandwidth, Candidate, CostAware, Lru, NextUsePolicy, VictimPolicy};
+pub use stats::{MoveStats, SpillStats, StepStats, TierBytes};
 pub use tape::{
     CriticalPath, Divergence, DropRecord, Edge, OpRecord, PeakLive, PeriodDetector, Position,
     Producer, StepAnalysis, StepTape, TAPE_SCHEMA_VERSION, TapeCounters, TapeFormat, TensorLife,

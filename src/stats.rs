@@ -80,4 +80,59 @@ pub struct SpillStats {
     pub disk_write_errors: u64,
     /// Total time spent moving bytes in all directions.
     pub time_moving: Duration,
+    /// Time ops spent waiting for bytes: moves done on the op's own thread plus waits for
+    /// transfers still in flight. Moves done by the transfer workers are not stalls.
+    pub stall_time: Duration,
+    /// Op inputs that were on the device because a prefetch brought them back in time.
+    pub prefetch_hits: u64,
+    /// Op inputs that were spilled (or still on their way) when the op needed them.
+    pub prefetch_misses: u64,
+    /// Prefetches sent to the transfer workers.
+    pub prefetches_issued: u64,
+    /// Evictions of several small tensors in one transfer (one read, one host buffer).
+    pub eviction_batches: u64,
+    /// Tensors evicted as part of a batch (each is also counted in `device_to_host`).
+    pub batched_evictions: u64,
+    /// What the last finished step did (`None` before the tape has cut a step).
+    pub last_step: Option<StepStats>,
+}
+
+impl SpillStats {
+    /// `prefetch_hits / (prefetch_hits + prefetch_misses)`, or `None` when no spilled tensor
+    /// was read.
+    pub fn prefetch_hit_rate(&self) -> Option<f64> {
+        let total = self.prefetch_hits + self.prefetch_misses;
+        (total > 0).then(|| self.prefetch_hits as f64 / total as f64)
+    }
+}
+
+/// What one step did: the difference of the counters between its boundaries.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StepStats {
+    /// The step's number (the tape's step counter).
+    pub step: u64,
+    /// Prefetch hits during the step.
+    pub prefetch_hits: u64,
+    /// Prefetch misses during the step.
+    pub prefetch_misses: u64,
+    /// Time ops waited for bytes during the step.
+    pub stall_time: Duration,
+    /// Evictions.
+    pub device_to_host: MoveStats,
+    /// Restores from the host tier.
+    pub host_to_device: MoveStats,
+    /// Host tier overflow.
+    pub host_to_disk: MoveStats,
+    /// Restores from spill files.
+    pub disk_to_device: MoveStats,
+    /// The device peak the plan expected: the peak of the recorded step the plan was learned
+    /// from (0 without a plan).
+    pub planned_peak_device_bytes: u64,
+    /// The device peak during this step.
+    pub actual_peak_device_bytes: u64,
+    /// Windows the plan in force cut the step into (see `prefetch_window`).
+    pub windows: u32,
+    /// Of those, windows whose planned moves exceed what the measured bandwidth carries in
+    /// their compute time: the link is saturated there and ops will stall.
+    pub saturated_windows: u32,
 }

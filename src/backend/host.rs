@@ -1,5 +1,7 @@
 //! The host tier's buffers: a tensor's bytes with their dtype and shape, owned by burn-spill.
 
+use std::sync::Arc;
+
 use burn_backend::{Backend, DType, Shape, TensorData};
 use burn_std::{AllocationProperty, Bytes};
 
@@ -7,15 +9,64 @@ use super::tensor::Primitive;
 
 /// One spilled tensor in host memory. The dtype travels with the bytes, so restoring never
 /// casts. Boxed, so that the residency state of every handle stays as small as the primitive.
-pub(crate) struct HostTensor(Box<TensorData>);
+pub(crate) struct HostTensor(Box<HostBytes>);
+
+enum HostBytes {
+    /// A buffer of its own, handed to the backend as it is on restore.
+    Own(TensorData),
+    /// A slice of a buffer shared by the tensors evicted in one batch.
+    Shared {
+        batch: Arc<Bytes>,
+        start: usize,
+        len: usize,
+        shape: Shape,
+        dtype: DType,
+    },
+}
+
+/// Slices of one batch buffer start at this alignment, the widest any dtype needs.
+const SLICE_ALIGN: usize = 16;
+
+/// Copies the tensors of one batch (their bytes, shape and dtype) into one contiguous, aligned
+/// host buffer and returns each one's view of it, in order.
+pub(crate) fn pack<'a>(
+    parts: impl IntoIterator<Item = (&'a [u8], Shape, DType)>,
+) -> Vec<HostTensor> {
+    let parts: Vec<_> = parts.into_iter().collect();
+    let mut starts = Vec::with_capacity(parts.len());
+    let mut total = 0usize;
+    for (bytes, _, _) in &parts {
+        starts.push(total);
+        total = (total + bytes.len()).next_multiple_of(SLICE_ALIGN);
+    }
+    let mut buffer = HostTensor::zeroed_bytes(total);
+    for ((bytes, _, _), &start) in parts.iter().zip(&starts) {
+        buffer[start..start + bytes.len()].copy_from_slice(bytes);
+    }
+    let batch = Arc::new(buffer);
+    parts
+        .into_iter()
+        .zip(starts)
+        .map(|((bytes, shape, dtype), start)| {
+            HostTensor(Box::new(HostBytes::Shared {
+                batch: batch.clone(),
+                start,
+                len: bytes.len(),
+                shape,
+                dtype,
+            }))
+        })
+        .collect()
+}
 
 impl HostTensor {
-    /// A zeroed buffer of `len` bytes for a tensor of `shape` and `dtype`, for a spill record to
-    /// be read into. It is allocated with the widest alignment that divides `len` (so at least
-    /// the dtype's), which is what backends reinterpret the bytes with; zeroed memory comes
-    /// from the allocator's zero pages, so it costs no pass over the bytes.
-    pub(crate) fn zeroed(len: usize, shape: Shape, dtype: DType) -> Self {
-        let bytes = if len.is_multiple_of(16) {
+    fn own(data: TensorData) -> Self {
+        Self(Box::new(HostBytes::Own(data)))
+    }
+
+    /// `len` zero bytes at the widest alignment that divides `len` (see [`zeroed`](Self::zeroed)).
+    fn zeroed_bytes(len: usize) -> Bytes {
+        if len.is_multiple_of(16) {
             Bytes::from_elems(vec![0u128; len / 16])
         } else if len.is_multiple_of(8) {
             Bytes::from_elems(vec![0u64; len / 8])
@@ -25,24 +76,58 @@ impl HostTensor {
             Bytes::from_elems(vec![0u16; len / 2])
         } else {
             Bytes::from_elems(vec![0u8; len])
-        };
-        Self(Box::new(TensorData::from_bytes(bytes, shape, dtype)))
+        }
     }
 
+    /// A zeroed buffer of `len` bytes for a tensor of `shape` and `dtype`, for a spill record to
+    /// be read into. It is allocated with the widest alignment that divides `len` (so at least
+    /// the dtype's), which is what backends reinterpret the bytes with; zeroed memory comes
+    /// from the allocator's zero pages, so it costs no pass over the bytes.
+    pub(crate) fn zeroed(len: usize, shape: Shape, dtype: DType) -> Self {
+        Self::own(TensorData::from_bytes(
+            Self::zeroed_bytes(len),
+            shape,
+            dtype,
+        ))
+    }
+
+    /// The tensor's data: its own buffer as it is, or its slice of a batch copied out (into an
+    /// aligned buffer of its own).
     pub(crate) fn into_data(self) -> TensorData {
-        *self.0
+        match *self.0 {
+            HostBytes::Own(data) => data,
+            HostBytes::Shared {
+                batch,
+                start,
+                len,
+                shape,
+                dtype,
+            } => TensorData::from_bytes(aligned_copy(&batch[start..start + len]), shape, dtype),
+        }
     }
 }
 
 impl AsRef<[u8]> for HostTensor {
     fn as_ref(&self) -> &[u8] {
-        self.0.as_bytes()
+        match &*self.0 {
+            HostBytes::Own(data) => data.as_bytes(),
+            HostBytes::Shared {
+                batch, start, len, ..
+            } => &batch[*start..*start + *len],
+        }
     }
 }
 
 impl AsMut<[u8]> for HostTensor {
+    /// Only buffers of their own are written into (spill records are read into fresh zeroed
+    /// buffers); a batch slice is never written.
     fn as_mut(&mut self) -> &mut [u8] {
-        &mut self.0.bytes
+        match &mut *self.0 {
+            HostBytes::Own(data) => &mut data.bytes,
+            HostBytes::Shared { .. } => {
+                unreachable!("burn-spill: a batch slice is read-only; this is a bug")
+            }
+        }
     }
 }
 
@@ -66,7 +151,7 @@ pub(crate) fn read_to_host<B: Backend>(
     shape: &Shape,
 ) -> Result<HostTensor, String> {
     if let Some(data) = copy_flex(primitive, dtype, shape) {
-        return Ok(HostTensor(Box::new(data)));
+        return Ok(HostTensor::own(data));
     }
     let read = match primitive.clone() {
         Primitive::Float(p) => burn_std::future::block_on(B::float_into_data(p)),
@@ -75,16 +160,22 @@ pub(crate) fn read_to_host<B: Backend>(
         Primitive::Quantized(p) => burn_std::future::block_on(B::q_into_data(p)),
     };
     let mut data = read.map_err(|e| format!("{e:?}"))?;
+    check_read(&data, dtype, shape)?;
+    if data.bytes.property() != AllocationProperty::Native {
+        data.bytes = aligned_copy(data.as_bytes());
+    }
+    Ok(HostTensor::own(data))
+}
+
+/// Whether the backend read a tensor back with its own dtype and shape.
+pub(crate) fn check_read(data: &TensorData, dtype: DType, shape: &Shape) -> Result<(), String> {
     if data.dtype != dtype || data.shape != *shape {
         return Err(format!(
             "the backend read it as {:?} {:?}, not its own {dtype:?} {:?}",
             data.dtype, data.shape, shape
         ));
     }
-    if data.bytes.property() != AllocationProperty::Native {
-        data.bytes = aligned_copy(data.as_bytes());
-    }
-    Ok(HostTensor(Box::new(data)))
+    Ok(())
 }
 
 /// Flex's `into_data` of a tensor whose buffer is shared (as it is while the handle keeps its
@@ -95,6 +186,21 @@ fn copy_flex<B: Backend>(
     dtype: DType,
     shape: &Shape,
 ) -> Option<TensorData> {
+    let bytes = flex_bytes(primitive, dtype, shape)?;
+    Some(TensorData::from_bytes(
+        aligned_copy(bytes),
+        shape.clone(),
+        dtype,
+    ))
+}
+
+/// The bytes of a contiguous Flex tensor, borrowed from its buffer (`None` for other backends
+/// and layouts).
+pub(crate) fn flex_bytes<'a, B: Backend>(
+    primitive: &'a Primitive<B>,
+    dtype: DType,
+    shape: &Shape,
+) -> Option<&'a [u8]> {
     #[cfg(feature = "flex")]
     {
         use std::any::Any;
@@ -111,12 +217,7 @@ fn copy_flex<B: Backend>(
         let size = dtype.size();
         let start = tensor.layout().start_offset() * size;
         let len = shape.num_elements() * size;
-        let bytes = tensor.bytes().get(start..start + len)?;
-        Some(TensorData::from_bytes(
-            aligned_copy(bytes),
-            shape.clone(),
-            dtype,
-        ))
+        tensor.bytes().get(start..start + len)
     }
     #[cfg(not(feature = "flex"))]
     {

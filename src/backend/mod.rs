@@ -1,5 +1,6 @@
 //! The Burn 0.21 adapter: the only place that names Burn's backend and ops traits.
 
+mod batch;
 pub(crate) mod device;
 pub(crate) mod forward;
 mod host;
@@ -89,6 +90,9 @@ impl<B: Backend> SpillBackend<B> {
             high_water: watermark(config.get_spill_threshold()),
             low_water: watermark(config.get_cache_ratio()),
             strict: config.is_strict(),
+            policy: config.get_policy(),
+            prefetch_window: u32::try_from(config.get_prefetch_window()).unwrap_or(u32::MAX),
+            asynchronous: config.is_asynchronous(),
         };
         let engine = Self::engine(device);
         engine.apply(limits, config.get_spill_dir().map(PathBuf::as_path))?;
@@ -114,10 +118,13 @@ impl<B: Backend> SpillBackend<B> {
         Self::engine(device).spill_file()
     }
 
-    /// What is alive on `device` right now, wherever its bytes are: distinct tensors, their
-    /// bytes and the peak.
+    /// What is alive on `device` once its transfer workers are idle, wherever its bytes are:
+    /// distinct tensors, their bytes and the peak.
     pub fn live(device: &B::Device) -> LiveSummary {
-        Self::engine(device).ledger().summary()
+        let engine = Self::engine(device);
+        // A transfer worker may still hold a dropped tensor for a move it is finishing.
+        engine.quiesce();
+        engine.ledger().summary()
     }
 
     /// Marks the start of a training step on `device`: the ops since the previous marker become

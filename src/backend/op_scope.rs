@@ -20,8 +20,8 @@ use super::tensor::{Primitive, RetiredHandle, SpillTensor, TensorKind};
 use crate::engine::{
     DeviceEngine, OpInput, OpOutput, OpTicket, TensorId, TensorRole, Tier, engine_for,
 };
+use crate::fast_hash::FastHasher;
 use crate::tape::TensorView;
-use crate::tape::recorder::FastHasher;
 
 /// What the tape needs of one tensor, held until the op is recorded.
 struct TapeEntry {
@@ -305,6 +305,6 @@ impl<B: Backend> Drop for OpScope<B> {
             }
         }
         self.retired.clear();
-        engine.settle();
+        engine.after_op();
     }
 }

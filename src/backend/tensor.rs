@@ -6,7 +6,7 @@
 
 use std::fmt;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, TryLockError, Weak};
+use std::sync::{Arc, MutexGuard, Weak};
 
 use burn_backend::quantization::QuantScheme;
 use burn_backend::{Backend, DType, QTensorPrimitive, Shape, TensorData, TensorMetadata};
@@ -17,7 +17,7 @@ use super::host::{HostTensor, read_to_host};
 use super::layout::round_trips_exactly;
 use super::op_scope::OpScope;
 use crate::engine::{
-    DeviceEngine, Residency, SlotInfo, Spillable, TensorId, TensorRole, Tier, engine_for,
+    DeviceEngine, Residency, Slot, SlotInfo, Spillable, TensorId, TensorRole, Tier, engine_for,
 };
 
 static NEXT_ID: AtomicU64 = AtomicU64::new(1);
@@ -101,8 +101,8 @@ pub(crate) struct Handle<B: Backend> {
     role: TensorRole,
     quant: Option<QuantFacts>,
     /// Which tier holds the bytes; `Taken` only after an op took the primitive out of a unique
-    /// handle that is about to drop.
-    state: Mutex<Residency<Primitive<B>, HostTensor>>,
+    /// handle that is about to drop, `InFlight` while a transfer worker carries them.
+    state: Slot<Primitive<B>, HostTensor>,
     engine: Arc<DeviceEngine>,
     /// Whether the engine's index knows this tensor (so the drop must tell it).
     indexed: AtomicBool,
@@ -114,19 +114,14 @@ type State<B> = Residency<Primitive<B>, HostTensor>;
 
 impl<B: Backend> Handle<B> {
     fn lock(&self) -> MutexGuard<'_, State<B>> {
-        // Inner ops run on moved or cloned primitives, never under this lock, so poisoning can
-        // only come from a panic in a read or upload of `B` (reported by that panic); the state
-        // is still one of the tiers.
-        self.state.lock().unwrap_or_else(|e| e.into_inner())
+        self.state.lock()
     }
 
-    /// The busy-aware lock victims are taken with: a tensor in use is not a good victim.
-    fn try_lock(&self) -> Option<MutexGuard<'_, State<B>>> {
-        match self.state.try_lock() {
-            Ok(guard) => Some(guard),
-            Err(TryLockError::Poisoned(e)) => Some(e.into_inner()),
-            Err(TryLockError::WouldBlock) => None,
-        }
+    /// The lock an op reads the bytes under: it waits for a transfer in flight (stall time).
+    fn lock_for_use(&self) -> MutexGuard<'_, State<B>> {
+        let (guard, waited) = self.state.lock_settled();
+        self.engine.stalled(waited);
+        guard
     }
 
     /// Dtype and shape as written into spill records and checked when read back.
@@ -183,6 +178,47 @@ impl<B: Backend> Handle<B> {
         }
     }
 
+    /// A clone of the device payload for a batched eviction, unless the tensor is busy, off the
+    /// device or quantized (whose reads need the scheme: those go one by one).
+    pub(super) fn batchable_payload(&self) -> Option<Primitive<B>> {
+        if self.kind == TensorKind::Quantized {
+            return None;
+        }
+        match &*self.state.try_lock()? {
+            Residency::Device(p) => Some(p.clone()),
+            _ => None,
+        }
+    }
+
+    /// This tensor's bytes straight from `primitive`'s memory, where burn-spill can read it.
+    pub(super) fn direct_bytes<'a>(&self, primitive: &'a Primitive<B>) -> Option<&'a [u8]> {
+        super::host::flex_bytes(primitive, self.dtype, &self.shape)
+    }
+
+    pub(super) fn shape(&self) -> &Shape {
+        &self.shape
+    }
+
+    pub(super) fn dtype(&self) -> DType {
+        self.dtype
+    }
+
+    /// Whether a batched read gave this tensor's dtype and shape.
+    pub(super) fn check(&self, data: &TensorData) -> Result<(), String> {
+        super::host::check_read(data, self.dtype, &self.shape)
+    }
+
+    /// Puts a batch's host slice in place of the device payload (see
+    /// [`DeviceEngine::install_evicted`]).
+    pub(super) fn install_evicted(
+        &self,
+        engine: &DeviceEngine,
+        host: HostTensor,
+        start: std::time::Instant,
+    ) -> bool {
+        engine.install_evicted(&self.state, self.info(""), host, start)
+    }
+
     /// The tier holding the bytes now.
     fn tier(&self) -> Tier {
         self.lock().tier().unwrap_or(Tier::Device)
@@ -198,10 +234,7 @@ impl<B: Backend> Handle<B> {
 
 impl<B: Backend> Drop for Handle<B> {
     fn drop(&mut self) {
-        let state = std::mem::replace(
-            self.state.get_mut().unwrap_or_else(|e| e.into_inner()),
-            Residency::Taken,
-        );
+        let state = std::mem::replace(self.state.get_mut(), Residency::Taken);
         self.engine
             .drop_slot(state, self.bytes, self.role, self.evictable);
         if self.engine.recorder().is_enabled() {
@@ -215,20 +248,32 @@ impl<B: Backend> Drop for Handle<B> {
 
 impl<B: Backend> Spillable for Handle<B> {
     fn evict_to_host(&self, engine: &DeviceEngine) -> bool {
-        let Some(mut state) = self.try_lock() else {
-            return false;
-        };
-        engine.evict_slot(&mut state, self.info(""), |primitive| {
+        engine.evict_slot(&self.state, self.info(""), |primitive| {
             read_to_host::<B>(primitive, self.dtype, &self.shape)
         })
     }
 
     fn demote_to_disk(&self, engine: &DeviceEngine) -> bool {
-        let Some(mut state) = self.try_lock() else {
-            return false;
-        };
         let meta = self.meta();
-        engine.demote_slot(&mut state, self.info(&meta))
+        engine.demote_slot(&self.state, self.info(&meta))
+    }
+
+    fn evict_batch(&self, batch: &[Arc<dyn Spillable>], engine: &DeviceEngine) -> Vec<bool> {
+        super::batch::evict_batch::<B>(batch, engine)
+    }
+
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
+    }
+
+    fn prefetch(&self, engine: &DeviceEngine) -> bool {
+        let meta = self.meta();
+        engine.prefetch_slot(
+            &self.state,
+            self.info(&meta),
+            |host| self.upload(host),
+            |len| HostTensor::zeroed(len, self.shape.clone(), self.dtype),
+        )
     }
 }
 
@@ -335,7 +380,7 @@ impl<B: Backend> SpillTensor<B> {
                 bytes,
                 role,
                 quant,
-                state: Mutex::new(Residency::Device(primitive)),
+                state: Slot::new(Residency::Device(primitive)),
                 engine,
                 indexed: AtomicBool::new(false),
                 evictable,
@@ -368,7 +413,7 @@ impl<B: Backend> SpillTensor<B> {
         // index, and an evictor that upgrades one finds the state `Taken` and lets it be. The
         // handle stays in its `Arc`: moving it out would copy the whole struct twice per op.
         let unique = Arc::strong_count(&self.handle) == 1;
-        let mut state = self.handle.lock();
+        let mut state = self.handle.lock_for_use();
         let moved = self.handle.restore_locked(&mut state);
         let primitive = if unique {
             match std::mem::replace(&mut *state, Residency::Taken) {
@@ -389,7 +434,7 @@ impl<B: Backend> SpillTensor<B> {
     /// Runs `f` on a borrowed inner primitive (for `B` methods that take `&tensor`), restoring it
     /// first if it was spilled.
     pub(crate) fn with_primitive<R>(&self, f: impl FnOnce(&Primitive<B>) -> R) -> R {
-        let mut state = self.handle.lock();
+        let mut state = self.handle.lock_for_use();
         let moved = self.handle.restore_locked(&mut state);
         let result = match &*state {
             Residency::Device(p) => f(p),
@@ -494,8 +539,10 @@ impl<B: Backend> SpillTensor<B> {
         self.handle.role
     }
 
-    /// Which tier holds the tensor's bytes right now.
+    /// Which tier holds the tensor's bytes, once the device's transfer workers are idle (so
+    /// that the answer does not depend on how far a background move has got).
     pub fn residency(&self) -> Tier {
+        self.handle.engine.quiesce();
         self.handle.tier()
     }
 }

@@ -10,20 +10,24 @@
 //! the index lock is only taken while holding neither (victims are upgraded under the index lock
 //! and moved after it is released), so a handle may drop on any thread at any time.
 
-use std::collections::hash_map::DefaultHasher;
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::hash::{Hash, Hasher};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Mutex, MutexGuard, RwLock, Weak};
-use std::time::Instant;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, RwLock, Weak};
+use std::time::{Duration, Instant};
 
-use super::disk::DiskStore;
-use super::index::{Index, Spillable};
+use super::disk::{DiskRecord, DiskStore};
+use super::index::{Candidate, Index, Spillable};
 use super::ledger::{Direction, Ledger};
-use super::slot::{Residency, SlotInfo, TensorId, Tier};
+use super::slot::{Residency, Slot, SlotInfo, TensorId, Tier};
+use super::transfer::{Job, Lane, Transfers, on_worker};
 use crate::SpillError;
-use crate::stats::SpillStats;
+use crate::fast_hash::{FastHasher, FastMap};
+use crate::policy::PolicyKind;
+use crate::policy::plan::{KeyAt, NextUse, PlanKey, UsePlan};
+use crate::policy::victim::{self, Bandwidth};
+use crate::stats::{SpillStats, StepStats};
 use crate::tape::Recorder;
 
 /// The resolved limits of one device, in bytes.
@@ -39,6 +43,19 @@ pub struct Limits {
     pub low_water: u64,
     /// Panic instead of running over the budget.
     pub strict: bool,
+    /// Which tensors leave first.
+    pub policy: PolicyKind,
+    /// How many ops ahead spilled tensors are brought back (0 = no prefetch).
+    pub prefetch_window: u32,
+    /// Whether evictions after ops, host overflow and prefetches run on the transfer workers.
+    pub asynchronous: bool,
+}
+
+impl Limits {
+    /// Whether the engine keys tensors for the use plan (a tape-driven policy or prefetch).
+    pub fn planning(&self) -> bool {
+        self.policy != PolicyKind::Lru || self.prefetch_window > 0
+    }
 }
 
 /// One tensor an op reads.
@@ -77,6 +94,10 @@ pub struct OpTicket {
     inputs: Vec<TensorId>,
     /// Bytes of the evictable inputs (the others are in the ledger's unevictable count).
     evictable_input_bytes: u64,
+    /// The step and the op's position in it, for the outputs' plan keys.
+    step: u64,
+    position: u32,
+    planning: bool,
 }
 
 /// Estimates are keyed by op and input sizes; a step's worth of distinct keys is a few
@@ -92,12 +113,93 @@ pub struct DeviceEngine {
     tick: AtomicU64,
     index: Mutex<Index>,
     disk: Mutex<Option<(PathBuf, DiskStore)>>,
-    estimates: Mutex<HashMap<u64, u64>>,
+    estimates: Mutex<FastMap<u64, u64>>,
     warned_ops: Mutex<HashSet<&'static str>>,
     recorder: Recorder,
     /// Whether the current step was opened by `step_begin` and not yet closed.
     in_marked_step: AtomicBool,
+    /// The use plan learned from the last recorded step, and the recorder's plan epoch it was
+    /// built at.
+    plan: RwLock<Option<Arc<UsePlan>>>,
+    plan_epoch: Mutex<Option<(u64, u64)>>,
+    /// Extra ops of lead per plan key, grown each time that tensor arrived late.
+    leads: Mutex<FastMap<PlanKey, u32>>,
+    transfers: Transfers,
+    /// Bytes on their way to the device (counted there by budget decisions).
+    inflight_in: AtomicU64,
+    settle_queued: AtomicBool,
+    /// How many ops a prefetch takes from queueing to arrival, recently at worst (decaying):
+    /// every trigger moves that much earlier.
+    transfer_ops: AtomicU32,
+    overflow_queued: AtomicBool,
+    steps: Mutex<StepCounters>,
+    /// The plan's time windows: how many, and how many are saturated.
+    windows: Mutex<(u32, u32)>,
 }
+
+/// Counters at the start of the current step, to report the step's own numbers.
+#[derive(Default)]
+struct StepCounters {
+    step: Option<u64>,
+    start: SpillStats,
+    last: Option<StepStats>,
+}
+
+/// The largest lead a late tensor's prefetch trigger moves to, in ops beyond the window.
+const MAX_LEAD: u32 = 64;
+
+/// A plan and a position in a step: turns next uses into absolute positions.
+struct Placement {
+    plan: Arc<UsePlan>,
+    step: u64,
+    now: u32,
+}
+
+impl Placement {
+    /// The absolute position `d` ops from now (a distance past the end of the step lands in
+    /// the next one, whose positions restart at 0).
+    fn absolute(&self, d: u32) -> u64 {
+        let left = self.plan.len().saturating_sub(self.now);
+        if d < left || left == 0 {
+            super::index::absolute(self.step, self.now.saturating_add(d))
+        } else {
+            super::index::absolute(self.step + 1, d - left)
+        }
+    }
+
+    fn due_of(&self, next: NextUse) -> Option<u64> {
+        match next {
+            NextUse::In(d) => Some(self.absolute(d)),
+            NextUse::Never | NextUse::Unknown => None,
+        }
+    }
+
+    /// When the tensor keyed `key` is next used, absolutely.
+    fn due(&self, key: Option<KeyAt>) -> Option<u64> {
+        self.due_of(self.plan.next_use(key?, self.step, self.now))
+    }
+}
+
+/// How an eviction pass ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Eviction {
+    /// The device is at or under the target.
+    Reached,
+    /// It moved its share of bytes and stopped short.
+    Sliced,
+    /// Nothing more could be evicted.
+    Stuck,
+}
+
+/// Tensors up to this size are evicted in batches (one read, one host buffer): their
+/// per-transfer cost is more than their bytes'.
+const BATCH_TENSOR_MAX: u64 = 256 << 10;
+
+/// The most bytes one batch carries.
+const BATCH_BYTES: u64 = 4 << 20;
+
+/// Bytes one background eviction job moves before it lets queued prefetches run.
+const SETTLE_SLICE_BYTES: u64 = 4 << 20;
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     // A panic while one of these is held leaves plain bookkeeping that is still consistent
@@ -123,6 +225,15 @@ impl DeviceEngine {
         }
         self.recorder.boundary(true);
         self.in_marked_step.store(true, Ordering::Relaxed);
+        self.step_closed();
+    }
+
+    /// Closes the step's counters and refreshes the plan at a marked boundary, rather than at
+    /// the next op, so that `stats().last_step` is up to date at once.
+    fn step_closed(&self) {
+        if self.limits().planning() {
+            self.step_changed(self.recorder.position().0);
+        }
     }
 
     /// Closes the current marked step. Without a matching `step_begin` it only warns: the tape
@@ -136,6 +247,7 @@ impl DeviceEngine {
             return;
         }
         self.recorder.boundary(false);
+        self.step_closed();
     }
 
     /// Whether a budget is in force (otherwise ops skip the engine entirely).
@@ -155,6 +267,7 @@ impl DeviceEngine {
     /// directory was given (so a bad directory is reported now, not mid-training); `spill_base`
     /// `None` means the system temp dir.
     pub fn apply(&self, limits: Limits, spill_base: Option<&Path>) -> Result<(), SpillError> {
+        self.quiesce();
         let wants_disk =
             limits.budget.is_some() && (limits.host_limit.is_some() || spill_base.is_some());
         {
@@ -183,6 +296,10 @@ impl DeviceEngine {
                 *disk = None;
             }
         }
+        if limits.budget.is_some() && limits.planning() && !self.recorder.is_enabled() {
+            // The plan is learned from the tape.
+            self.recorder.set_enabled(true);
+        }
         self.tracking
             .store(limits.budget.is_some(), Ordering::Relaxed);
         *self.limits.write().unwrap_or_else(|e| e.into_inner()) = limits;
@@ -191,12 +308,14 @@ impl DeviceEngine {
         Ok(())
     }
 
-    /// Stats with the limits filled in.
+    /// Stats with the limits filled in, once the transfer workers are idle.
     pub fn stats(&self) -> SpillStats {
+        self.quiesce();
         let limits = self.limits();
         SpillStats {
             device_budget_bytes: limits.budget,
             host_limit_bytes: limits.host_limit,
+            last_step: self.last_step_stats(),
             ..self.ledger.stats()
         }
     }
@@ -232,16 +351,24 @@ impl DeviceEngine {
     pub fn begin_op(&self, name: &'static str, inputs: &[OpInput], hint: u64) -> Option<OpTicket> {
         let limits = self.limits();
         let budget = limits.budget?;
+        let planning = limits.planning();
+        let (step, position) = self.recorder.position();
+        if planning {
+            self.step_changed(step);
+        }
+        let has_plan = planning && self.plan().is_some();
+        let (mut hits, mut misses) = (0u64, 0u64);
+        let mut late = Vec::new();
         let tick = self.tick.fetch_add(1, Ordering::Relaxed);
         let mut ids = Vec::with_capacity(inputs.len());
         let (mut input_bytes, mut to_restore, mut largest) = (0u64, 0u64, 0u64);
         let mut evictable_input_bytes = 0u64;
-        let mut hasher = DefaultHasher::new();
+        let mut hasher = FastHasher::default();
         name.hash(&mut hasher);
         hint.hash(&mut hasher);
         {
             let mut index = lock(&self.index);
-            for input in inputs {
+            for (slot, input) in inputs.iter().enumerate() {
                 input.bytes.hash(&mut hasher);
                 if input.evictable {
                     index.insert_or_touch(input.id, input.bytes, input.tier, tick, || {
@@ -253,6 +380,19 @@ impl DeviceEngine {
                     ids.push(input.id);
                     continue;
                 }
+                if input.evictable && planning {
+                    let note = index.note_input(input.id, step, position, slot as u16);
+                    if input.tier != Tier::Device {
+                        misses += 1;
+                        if let Some(key) = note.key_before.filter(|_| has_plan) {
+                            late.push(key.key);
+                        }
+                    } else if note.prefetched {
+                        hits += 1;
+                    }
+                } else if input.evictable && input.tier != Tier::Device {
+                    misses += 1;
+                }
                 ids.push(input.id);
                 input_bytes += input.bytes;
                 if input.evictable {
@@ -262,6 +402,15 @@ impl DeviceEngine {
                 if input.tier != Tier::Device {
                     to_restore += input.bytes;
                 }
+            }
+        }
+        self.ledger.on_prefetch_outcome(hits, misses);
+        if !late.is_empty() && limits.prefetch_window > 0 {
+            // Capuchin's rule: a tensor that came late is asked for earlier next step.
+            let mut leads = lock(&self.leads);
+            for key in late {
+                let lead = leads.entry(key).or_default();
+                *lead = (*lead * 2).clamp(1, MAX_LEAD);
             }
         }
         let signature = hasher.finish();
@@ -277,7 +426,7 @@ impl DeviceEngine {
             );
         }
         let target = budget.saturating_sub(to_restore.saturating_add(estimate));
-        if self.ledger.resident(Tier::Device) > target {
+        if self.device_committed() > target {
             self.make_room(target);
         }
         Some(OpTicket {
@@ -287,6 +436,9 @@ impl DeviceEngine {
             signature,
             inputs: ids,
             evictable_input_bytes,
+            step,
+            position,
+            planning,
         })
     }
 
@@ -306,6 +458,18 @@ impl DeviceEngine {
                     index.insert_or_touch(out.id, out.bytes, Tier::Device, tick, || {
                         out.victim.clone()
                     });
+                    if ticket.planning {
+                        index.set_key(
+                            out.id,
+                            KeyAt {
+                                step: ticket.step,
+                                key: PlanKey::Produced {
+                                    op: ticket.position,
+                                    slot: i as u16,
+                                },
+                            },
+                        );
+                    }
                 }
                 if !outputs[..i].iter().any(|o| o.id == out.id) {
                     output_bytes += out.bytes;
@@ -370,53 +534,483 @@ impl DeviceEngine {
         }
     }
 
+    /// Device bytes that count against the budget: resident plus on their way in.
+    fn device_committed(&self) -> u64 {
+        self.ledger.resident(Tier::Device) + self.inflight_in.load(Ordering::Relaxed)
+    }
+
+    /// The workers of this device.
+    pub(crate) fn transfers(&self) -> &Transfers {
+        &self.transfers
+    }
+
+    /// Waits until the transfer workers have nothing queued or running, so counters and tiers
+    /// are settled. Returns at once on a worker.
+    pub fn quiesce(&self) {
+        self.transfers.quiesce();
+    }
+
+    /// The use plan in force, if the tape has recorded a step.
+    pub fn plan(&self) -> Option<Arc<UsePlan>> {
+        self.plan.read().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// On a new step: closes the previous step's counters, and rebuilds the plan when the tape
+    /// recorded a step or diverged since it was built.
+    fn step_changed(&self, step: u64) {
+        {
+            let mut steps = lock(&self.steps);
+            if steps.step == Some(step) {
+                return;
+            }
+            let now = self.ledger.stats();
+            let peak = self.ledger.take_step_peak();
+            if let Some(previous) = steps.step {
+                let planned = self.plan().map_or(0, |p| p.recorded_peak());
+                let mut stats = step_stats(previous, &steps.start, &now, planned, peak);
+                (stats.windows, stats.saturated_windows) = *lock(&self.windows);
+                steps.last = Some(stats);
+            }
+            steps.step = Some(step);
+            steps.start = now;
+        }
+        let epoch = self.recorder.plan_epoch();
+        let mut built = lock(&self.plan_epoch);
+        if *built == Some(epoch) {
+            return;
+        }
+        // A divergence found while verifying leaves only the old recording; one found by
+        // comparing two recordings comes with a fresh tape, which is the truth now.
+        let diverged =
+            built.is_some_and(|(tapes, divergences)| divergences != epoch.1 && tapes == epoch.0);
+        *built = Some(epoch);
+        drop(built);
+        let (previous, last) = self.recorder.last_two();
+        let plan = match last {
+            // A divergence makes the recorded step stale until the next one is recorded.
+            Some(_) if diverged => None,
+            Some(tape) => {
+                self.check_windows(&tape);
+                let mut plan = UsePlan::from_tape(&tape, previous.as_deref());
+                if let Some(old) = self.plan() {
+                    plan.inherit_carried(&old);
+                }
+                Some(Arc::new(plan))
+            }
+            None => None,
+        };
+        if plan.is_none() {
+            lock(&self.leads).clear();
+        }
+        *self.plan.write().unwrap_or_else(|e| e.into_inner()) = plan;
+        // Spilled tensors are placed by the plan in force.
+        let placement = self.placement();
+        let mut index = lock(&self.index);
+        for (id, key) in index.spilled_keys() {
+            let due = placement.as_ref().and_then(|p| p.due(Some(key)));
+            index.set_due(id, due);
+        }
+    }
+
+    /// The plan and where the step stands, to place spilled tensors by their next use.
+    fn placement(&self) -> Option<Placement> {
+        let limits = self.limits();
+        if !limits.planning() || limits.prefetch_window == 0 {
+            return None;
+        }
+        let (step, now) = self.recorder.position();
+        Some(Placement {
+            plan: self.plan()?,
+            step,
+            now,
+        })
+    }
+
+    /// Replays the recorded step under the spill threshold with the policy in force and checks
+    /// each window of `prefetch_window` ops against the measured host link: a window whose
+    /// planned moves exceed bandwidth x compute time is saturated (logged, and counted in the
+    /// step stats).
+    fn check_windows(&self, tape: &crate::tape::StepTape) {
+        let limits = self.limits();
+        let (replay, moved) =
+            crate::policy::simulate::replay_per_op(tape, limits.high_water, limits.policy);
+        let windows = crate::policy::windows::cut(
+            tape,
+            &moved,
+            limits.prefetch_window.max(1),
+            self.restore_bandwidth(Tier::Device),
+        );
+        let saturated = windows.iter().filter(|w| w.saturated()).count() as u32;
+        if saturated > 0 {
+            tracing::info!(target: "burn_spill::plan", saturated, windows = windows.len(),
+                planned_bytes = replay.bytes_moved(),
+                "the planned moves exceed the measured bandwidth in some windows; expect stalls");
+        }
+        *lock(&self.windows) = (windows.len() as u32, saturated);
+    }
+
+    /// What the last finished step did (needs a tape-driven policy or prefetch, which track
+    /// steps).
+    pub fn last_step_stats(&self) -> Option<StepStats> {
+        lock(&self.steps).last
+    }
+
+    /// Runs after every op while a budget is in force: prefetches what the plan says is needed
+    /// soon and brings the device under the high watermark (down to the low one) and the host
+    /// tier under its limit, on the workers when the engine is asynchronous (and between ops on
+    /// the calling thread otherwise).
+    pub fn after_op(self: &Arc<Self>) {
+        let limits = self.limits();
+        if limits.budget.is_none() {
+            return;
+        }
+        let shortfall = if limits.planning() && limits.prefetch_window > 0 {
+            self.prefetch_ahead(&limits)
+        } else {
+            0
+        };
+        if !limits.asynchronous {
+            if shortfall > 0 {
+                self.make_room(limits.low_water.saturating_sub(shortfall));
+            }
+            return self.settle();
+        }
+        let committed = self.device_committed();
+        if (committed > limits.high_water || shortfall > 0)
+            && !self.settle_queued.swap(true, Ordering::AcqRel)
+        {
+            let target = limits.low_water.saturating_sub(shortfall);
+            self.transfers
+                .submit(self, Lane::Transfer, Job::Settle { target });
+        }
+        self.queue_overflow(&limits);
+    }
+
+    /// Has the I/O worker move the host tier's overflow to disk, unless it is queued already.
+    fn queue_overflow(self: &Arc<Self>, limits: &Limits) {
+        if let Some(limit) = limits.host_limit
+            && self.ledger.resident(Tier::Host) > limit
+            && !self.overflow_queued.swap(true, Ordering::AcqRel)
+        {
+            self.transfers.submit(self, Lane::Io, Job::Overflow);
+        }
+    }
+
+    /// Queues prefetches for spilled tensors whose next use falls within the window (plus the
+    /// lead each has earned by arriving late), soonest first, while they fit under the budget.
+    /// Returns the bytes of those that did not fit, for the settler to make room for.
+    fn prefetch_ahead(self: &Arc<Self>, limits: &Limits) -> u64 {
+        let Some(plan) = self.plan() else {
+            return 0;
+        };
+        let (step, now) = self.recorder.position();
+        let window = limits.prefetch_window.min(plan.len());
+        let reach = window + self.transfer_ops.load(Ordering::Relaxed);
+        let placement = Placement {
+            plan: plan.clone(),
+            step,
+            now,
+        };
+        let mut due: Vec<(u32, super::index::Spilled)> = {
+            let mut index = lock(&self.index);
+            let soon = index.due_until(placement.absolute(reach + MAX_LEAD));
+            if soon.is_empty() {
+                return 0;
+            }
+            let leads = lock(&self.leads);
+            let mut due = Vec::new();
+            for s in soon {
+                match plan.next_use(s.key, step, now) {
+                    NextUse::In(d) if d <= reach + leads.get(&s.key.key).copied().unwrap_or(0) => {
+                        due.push((d, s));
+                    }
+                    // Placed under an older position or plan: place it again.
+                    other => index.set_due(s.id, placement.due_of(other)),
+                }
+            }
+            due
+        };
+        due.sort_by_key(|(d, s)| (*d, s.id));
+        // Up to the spill threshold: above it the settler would evict again what came back.
+        let ceiling = limits.high_water;
+        let mut room = ceiling.saturating_sub(self.device_committed());
+        let mut shortfall = 0u64;
+        for (_, spilled) in due {
+            if spilled.bytes > room {
+                shortfall += spilled.bytes;
+                continue;
+            }
+            let Some(victim) = lock(&self.index).start_flight(spilled.id) else {
+                continue;
+            };
+            room -= spilled.bytes;
+            self.inflight_in.fetch_add(spilled.bytes, Ordering::Relaxed);
+            self.ledger.on_prefetch_issued();
+            let lane = match spilled.tier {
+                Tier::Disk => Lane::Io,
+                _ => Lane::Transfer,
+            };
+            let job = Job::Prefetch {
+                victim,
+                id: spilled.id,
+                bytes: spilled.bytes,
+                queued_at: (step, now),
+            };
+            if limits.asynchronous {
+                self.transfers.submit(self, lane, job);
+            } else {
+                // Synchronous engine: the move runs here, between ops.
+                self.run_job(job);
+            }
+        }
+        shortfall
+    }
+
+    /// Runs one worker job.
+    pub(crate) fn run_job(self: &Arc<Self>, job: Job) {
+        match job {
+            Job::Prefetch {
+                victim,
+                id,
+                bytes,
+                queued_at,
+            } => {
+                let arrived = victim.prefetch(self);
+                self.learn_transfer_ops(queued_at);
+                let tick = self.tick.fetch_add(1, Ordering::Relaxed);
+                lock(&self.index).end_flight(id, arrived, tick);
+                self.inflight_in.fetch_sub(bytes, Ordering::Relaxed);
+            }
+            Job::Settle { target } => {
+                // A slice at a time, so that prefetches queued meanwhile go first.
+                if self.evict_until_within(target, SETTLE_SLICE_BYTES) == Eviction::Sliced {
+                    // Still marked queued: the rest goes behind whatever came meanwhile.
+                    self.transfers
+                        .submit(self, Lane::Transfer, Job::Settle { target });
+                } else {
+                    self.settle_queued.store(false, Ordering::Release);
+                }
+                self.queue_overflow(&self.limits());
+            }
+            Job::Overflow => {
+                self.overflow_queued.store(false, Ordering::Release);
+                self.spill_host_overflow(&self.limits());
+            }
+        }
+    }
+
+    /// Folds the ops that passed while one prefetch was queued and moved into the running worst
+    /// case, which decays by an eighth per sample so that one slow transfer is forgotten.
+    fn learn_transfer_ops(&self, (step, at): (u64, u32)) {
+        let (now_step, now) = self.recorder.position();
+        if now_step != step {
+            return;
+        }
+        let took = now.saturating_sub(at).min(MAX_LEAD);
+        let old = self.transfer_ops.load(Ordering::Relaxed);
+        let decayed = old - old.div_ceil(8).min(old);
+        self.transfer_ops
+            .store(took.max(decayed), Ordering::Relaxed);
+    }
+
     /// Brings the device under the high watermark (down to the low one) and the host tier under
-    /// its limit. Runs after every op while a budget is in force.
+    /// its limit, on the calling thread.
     pub fn settle(&self) {
         let limits = self.limits();
         if limits.budget.is_none() {
             return;
         }
-        if self.ledger.resident(Tier::Device) > limits.high_water {
+        if self.device_committed() > limits.high_water {
             self.make_room(limits.low_water);
         } else {
             self.spill_host_overflow(&limits);
         }
     }
 
-    /// Evicts the coldest unpinned tensors until device bytes are at most `target`. Returns
-    /// whether it got there.
+    /// Evicts by the policy until device bytes (with those in flight to it) are at most
+    /// `target`, then spills host overflow to disk (left to the I/O worker, queued by the next
+    /// `after_op`, when the engine is asynchronous). Returns whether it got there. On an op's
+    /// thread the time it takes is stall time: the op waits for it.
     pub fn make_room(&self, target: u64) -> bool {
+        let start = Instant::now();
+        let mut reached = self.evict_until(target);
+        let limits = self.limits();
+        if !reached && limits.asynchronous && !on_worker() {
+            // The tensors left may be busy in a worker's move (an eviction that will free them,
+            // a prefetch): let the workers finish, then try again.
+            self.quiesce();
+            reached = self.evict_until(target);
+        }
+        if !limits.asynchronous {
+            self.spill_host_overflow(&limits);
+        }
+        if !on_worker() {
+            self.ledger.on_stall(start.elapsed());
+        }
+        reached
+    }
+
+    fn evict_until(&self, target: u64) -> bool {
+        self.evict_until_within(target, u64::MAX) == Eviction::Reached
+    }
+
+    /// [`evict_until`](Self::evict_until), stopping once `slice` bytes moved.
+    fn evict_until_within(&self, target: u64, slice: u64) -> Eviction {
         let mut tried = HashSet::new();
-        let reached = loop {
-            let resident = self.ledger.resident(Tier::Device);
-            if resident <= target {
-                break true;
+        let mut evicted = 0u64;
+        loop {
+            let committed = self.device_committed();
+            if committed <= target {
+                return Eviction::Reached;
             }
-            let candidates = lock(&self.index).coldest(Tier::Device, resident - target, &tried);
+            if evicted >= slice {
+                return Eviction::Sliced;
+            }
+            let candidates = self.victims(Tier::Device, committed - target, &tried);
             if candidates.is_empty() {
-                break false;
+                return Eviction::Stuck;
             }
             let mut moved = Vec::new();
-            for c in &candidates {
+            let mut batch: Vec<&Candidate> = Vec::new();
+            let mut batch_bytes = 0u64;
+            for (i, c) in candidates.iter().enumerate() {
                 tried.insert(c.id);
-                if self.ledger.resident(Tier::Device) <= target {
+                if c.bytes <= BATCH_TENSOR_MAX {
+                    // Small tensors go together: one read, one host buffer.
+                    batch.push(c);
+                    batch_bytes += c.bytes;
+                    let last = i + 1 == candidates.len();
+                    let enough = self.device_committed().saturating_sub(batch_bytes) <= target;
+                    if !(last || enough || batch_bytes >= BATCH_BYTES) {
+                        continue;
+                    }
+                    if self.device_committed() <= target {
+                        break;
+                    }
+                    evicted += self.evict_together(&batch, &mut moved);
+                    batch.clear();
+                    batch_bytes = 0;
+                    continue;
+                }
+                if self.device_committed() <= target {
                     break;
                 }
                 if c.victim.evict_to_host(self) {
                     moved.push(c.id);
+                    evicted += c.bytes;
                 }
             }
+            if !batch.is_empty() && self.device_committed() > target {
+                evicted += self.evict_together(&batch, &mut moved);
+            }
+            let placement = self.placement();
             let mut index = lock(&self.index);
             for id in moved {
                 index.set_tier(id, Tier::Host);
+                let due = placement.as_ref().and_then(|p| p.due(index.key_of(id)));
+                index.set_due(id, due);
             }
             drop(index);
             // Dropping the upgraded handles may run a handle's drop, which takes the index lock.
             drop(candidates);
+        }
+    }
+
+    /// Evicts `batch` in one transfer (or one by one when it is a single tensor), noting which
+    /// moved; returns their bytes.
+    fn evict_together(&self, batch: &[&Candidate], moved: &mut Vec<TensorId>) -> u64 {
+        let [first, ..] = batch else {
+            return 0;
         };
-        self.spill_host_overflow(&self.limits());
-        reached
+        if batch.len() == 1 {
+            if first.victim.evict_to_host(self) {
+                moved.push(first.id);
+                return first.bytes;
+            }
+            return 0;
+        }
+        let victims: Vec<Arc<dyn Spillable>> = batch.iter().map(|c| c.victim.clone()).collect();
+        let flags = first.victim.evict_batch(&victims, self);
+        let mut bytes = 0;
+        for (c, ok) in batch.iter().zip(flags) {
+            if ok {
+                moved.push(c.id);
+                bytes += c.bytes;
+            }
+        }
+        bytes
+    }
+
+    /// The next victims of `tier` worth `want` bytes, in the policy's order. Without a plan (or
+    /// under LRU) the coldest first. Tensors whose next use is within the prefetch window are
+    /// taken only when nothing else is left.
+    fn victims(&self, tier: Tier, want: u64, tried: &HashSet<TensorId>) -> Vec<Candidate> {
+        let limits = self.limits();
+        let plan = match self.plan() {
+            Some(plan) if limits.planning() => plan,
+            _ => return lock(&self.index).coldest(tier, want, tried),
+        };
+        let (step, now) = self.recorder.position();
+        let bandwidth = self.restore_bandwidth(tier);
+        let residents = lock(&self.index).unpinned(tier, tried);
+        let mut candidates: Vec<victim::Candidate> = residents
+            .iter()
+            .map(|r| victim::Candidate {
+                id: r.id,
+                bytes: r.bytes,
+                last_use: r.last_use,
+                next_use: r
+                    .key
+                    .map_or(NextUse::Unknown, |k| plan.next_use(k, step, now)),
+            })
+            .collect();
+        victim::order(limits.policy, Some(plan.len()), bandwidth, &mut candidates);
+        let window = limits.prefetch_window.min(plan.len());
+        let prefetched: HashSet<TensorId> = residents
+            .iter()
+            .filter(|r| r.prefetched)
+            .map(|r| r.id)
+            .collect();
+        let leads = lock(&self.leads);
+        let keys: FastMap<TensorId, PlanKey> = residents
+            .iter()
+            .filter_map(|r| r.key.map(|k| (r.id, k.key)))
+            .collect();
+        // Needed within the window (plus the lead it earned), or brought back for a use that has
+        // not come yet.
+        let soon = |c: &victim::Candidate| {
+            let lead = keys
+                .get(&c.id)
+                .and_then(|k| leads.get(k))
+                .copied()
+                .unwrap_or(0);
+            prefetched.contains(&c.id) || matches!(c.next_use, NextUse::In(d) if d <= window + lead)
+        };
+        let mut picked = Vec::new();
+        let mut bytes = 0u64;
+        for c in candidates
+            .iter()
+            .filter(|c| !soon(c))
+            .chain(candidates.iter().filter(|c| soon(c)))
+        {
+            if bytes >= want && !picked.is_empty() {
+                break;
+            }
+            bytes += c.bytes;
+            picked.push(c.id);
+        }
+        drop(leads);
+        lock(&self.index).upgrade(picked)
+    }
+
+    /// What bringing a tensor back from where a victim of `tier` goes costs.
+    fn restore_bandwidth(&self, tier: Tier) -> Bandwidth {
+        let (direction, fallback) = match tier {
+            Tier::Device => (Direction::HostToDevice, Bandwidth::HOST_DEFAULT),
+            _ => (Direction::DiskToDevice, Bandwidth::DISK_DEFAULT),
+        };
+        let moves = self.ledger.moves(direction);
+        Bandwidth::measured(moves.bytes, moves.time, fallback)
     }
 
     fn spill_host_overflow(&self, limits: &Limits) {
@@ -429,7 +1023,7 @@ impl DeviceEngine {
             if resident <= limit {
                 return;
             }
-            let candidates = lock(&self.index).coldest(Tier::Host, resident - limit, &tried);
+            let candidates = self.victims(Tier::Host, resident - limit, &tried);
             if candidates.is_empty() {
                 return;
             }
@@ -452,71 +1046,150 @@ impl DeviceEngine {
         }
     }
 
-    /// Device to host: `read` turns the device payload into a host buffer, or gives it back
-    /// with the reason it could not.
-    pub fn evict_slot<D, H>(
+    /// Device to host. The payload is cloned under the tensor's lock (a reference count on
+    /// every backend), read without it, and swapped for the host copy only if the tensor is
+    /// still on the device then (an op may have consumed it meanwhile; its bytes never change).
+    pub fn evict_slot<D: Clone, H>(
         &self,
-        slot: &mut Residency<D, H>,
+        slot: &Slot<D, H>,
         info: SlotInfo<'_>,
         read: impl FnOnce(&D) -> Result<H, String>,
     ) -> bool {
-        let Residency::Device(payload) = &*slot else {
-            return false;
+        let payload = {
+            let Some(state) = slot.try_lock() else {
+                return false;
+            };
+            let Residency::Device(payload) = &*state else {
+                return false;
+            };
+            payload.clone()
         };
         let start = Instant::now();
-        match read(payload) {
-            Ok(host) => {
-                let device = std::mem::replace(slot, Residency::Host(host));
-                self.moved(Direction::DeviceToHost, info, start);
-                // Freeing the device tensor is not part of the move's time either.
-                drop(device);
-                true
-            }
+        let host = match read(&payload) {
+            Ok(host) => host,
             Err(why) => {
                 tracing::warn!(target: "burn_spill::engine", id = info.id, error = %why,
                     "could not read tensor off the device; it stays there");
-                false
+                return false;
             }
-        }
+        };
+        let moved = self.install_evicted(slot, info, host, start);
+        drop(payload);
+        moved
     }
 
-    /// Host to disk. A write error leaves the tensor on the host (over the host limit).
-    pub fn demote_slot<D, H: AsRef<[u8]>>(
+    /// Puts a host copy read since `start` in place of the device payload, if the tensor is
+    /// still on the device (an op may have consumed it meanwhile; its bytes never change).
+    pub fn install_evicted<D, H>(
         &self,
-        slot: &mut Residency<D, H>,
+        slot: &Slot<D, H>,
         info: SlotInfo<'_>,
+        host: H,
+        start: Instant,
     ) -> bool {
-        let Residency::Host(host) = &*slot else {
+        let mut state = slot.lock();
+        if !matches!(*state, Residency::Device(_)) {
             return false;
+        }
+        let device = std::mem::replace(&mut *state, Residency::Host(host));
+        // The ledger moves with the state, under its lock, so no other move of this tensor
+        // can be counted in between.
+        self.moved(Direction::DeviceToHost, info, start);
+        drop(state);
+        // Freeing the device tensor is not part of the move's time.
+        drop(device);
+        true
+    }
+
+    /// Counts one batched eviction of `tensors` tensors.
+    pub fn batched(&self, tensors: u64) {
+        self.ledger.on_batch(tensors);
+    }
+
+    /// Host to disk. The buffer is taken out (the slot is in flight meanwhile) and written
+    /// without the tensor's lock. A write error puts it back on the host (over the host limit).
+    pub fn demote_slot<D, H: AsRef<[u8]>>(&self, slot: &Slot<D, H>, info: SlotInfo<'_>) -> bool {
+        let host = {
+            let Some(mut state) = slot.try_lock() else {
+                return false;
+            };
+            match std::mem::replace(&mut *state, Residency::InFlight { from: Tier::Host }) {
+                Residency::Host(host) => host,
+                other => {
+                    *state = other;
+                    return false;
+                }
+            }
         };
         let start = Instant::now();
-        let mut disk = lock(&self.disk);
-        let Some((_, store)) = disk.as_mut() else {
-            return false;
+        let written = {
+            let mut disk = lock(&self.disk);
+            match disk.as_mut() {
+                None => Err(None),
+                Some((_, store)) => store
+                    .write(info.id, info.meta, host.as_ref())
+                    .map_err(|e| Some((e, store.file_path().display().to_string()))),
+            }
         };
-        match store.write(info.id, info.meta, host.as_ref()) {
+        match written {
             Ok(record) => {
-                drop(disk);
-                let host = std::mem::replace(slot, Residency::Disk(record));
+                let mut state = slot.lock();
+                *state = Residency::Disk(record);
                 self.moved(Direction::HostToDisk, info, start);
-                // Freeing the host buffer is memory management, not the move: keep it out of
-                // the move's time.
+                drop(state);
+                slot.notify_arrived();
+                // Freeing the host buffer is memory management, not the move.
                 drop(host);
                 true
             }
             Err(error) => {
-                let file = store.file_path().display().to_string();
-                drop(disk);
-                self.ledger.on_disk_write_error();
-                tracing::warn!(target: "burn_spill::engine", id = info.id, file, %error,
-                    "spill-file write failed; the tensor stays on the host, over the host limit");
+                *slot.lock() = Residency::Host(host);
+                slot.notify_arrived();
+                if let Some((error, file)) = error {
+                    self.ledger.on_disk_write_error();
+                    tracing::warn!(target: "burn_spill::engine", id = info.id, file, %error,
+                        "spill-file write failed; the tensor stays on the host, over the host limit");
+                }
                 false
             }
         }
     }
 
-    /// Host or disk to device. `upload` makes the device payload from a host buffer and `alloc`
-    /// an empty host buffer of a given length for a record to be read into. Returns whether
+    /// Reads a spill record into `into`; the error names the file and offset.
+    fn read_record(
+        &self,
+        record: &DiskRecord,
+        info: SlotInfo<'_>,
+        into: &mut [u8],
+    ) -> Result<(), String> {
+        let disk = lock(&self.disk);
+        let Some((_, store)) = disk.as_ref() else {
+            return Err(format!(
+                "tensor {} is on disk but the device has no spill file; this is a bug",
+                info.id
+            ));
+        };
+        store
+            .read_into(record, info.id, info.meta, into)
+            .map_err(|error| {
+                format!(
+                    "tensor {} cannot be restored from spill file {} at offset {}: {error}",
+                    info.id,
+                    store.file_path().display(),
+                    record.offset
+                )
+            })
+    }
+
+    fn free_record(&self, record: &DiskRecord) {
+        if let Some((_, store)) = lock(&self.disk).as_mut() {
+            store.free(record);
+        }
+    }
+
+    /// Host or disk to device, for the op that needs the bytes now (it holds the tensor's lock,
+    /// having waited for any transfer in flight). `upload` makes the device payload from a host
+    /// buffer and `alloc` an empty host buffer for a record to be read into. Returns whether
     /// anything moved.
     ///
     /// # Panics
@@ -530,7 +1203,7 @@ impl DeviceEngine {
         alloc: impl FnOnce(usize) -> H,
     ) -> bool {
         let start = Instant::now();
-        match std::mem::replace(slot, Residency::Taken) {
+        let moved = match std::mem::replace(slot, Residency::Taken) {
             Residency::Host(host) => {
                 *slot = Residency::Device(upload(host));
                 self.moved(Direction::HostToDevice, info, start);
@@ -538,36 +1211,87 @@ impl DeviceEngine {
             }
             Residency::Disk(record) => {
                 let mut host = alloc(record.payload_len as usize);
-                {
-                    let disk = lock(&self.disk);
-                    let (_, store) = disk.as_ref().unwrap_or_else(|| {
-                        panic!("burn-spill: tensor {} is on disk but the device has no spill file; this is a bug", info.id)
-                    });
-                    if let Err(error) = store.read_into(&record, info.id, info.meta, host.as_mut())
-                    {
-                        let file = store.file_path().display().to_string();
-                        let offset = record.offset;
-                        drop(disk);
-                        *slot = Residency::Disk(record);
-                        panic!(
-                            "burn-spill: tensor {} cannot be restored from spill file {file} at offset {offset}: {error}",
-                            info.id
-                        );
-                    }
+                if let Err(error) = self.read_record(&record, info, host.as_mut()) {
+                    *slot = Residency::Disk(record);
+                    panic!("burn-spill: {error}");
                 }
                 *slot = Residency::Device(upload(host));
                 self.moved(Direction::DiskToDevice, info, start);
                 // Freeing the extent (which may shrink the file) is not part of the move's time.
-                if let Some((_, store)) = lock(&self.disk).as_mut() {
-                    store.free(&record);
-                }
+                self.free_record(&record);
                 true
             }
             other => {
                 *slot = other;
                 false
             }
+        };
+        if moved {
+            self.ledger.on_stall(start.elapsed());
         }
+        moved
+    }
+
+    /// Host or disk to device ahead of need, on a worker: the bytes are taken out (the slot is
+    /// in flight, and an op that needs them waits), copied without the tensor's lock, and put
+    /// in as a device payload. A record that cannot be read goes back to disk untouched: the op
+    /// that needs it then reports the error.
+    pub fn prefetch_slot<D, H: AsMut<[u8]>>(
+        &self,
+        slot: &Slot<D, H>,
+        info: SlotInfo<'_>,
+        upload: impl FnOnce(H) -> D,
+        alloc: impl FnOnce(usize) -> H,
+    ) -> bool {
+        let taken = {
+            let mut state = slot.lock();
+            let from = match &*state {
+                Residency::Host(_) => Tier::Host,
+                Residency::Disk(_) => Tier::Disk,
+                _ => return false,
+            };
+            std::mem::replace(&mut *state, Residency::InFlight { from })
+        };
+        let start = Instant::now();
+        let (host, record) = match taken {
+            Residency::Host(host) => (host, None),
+            Residency::Disk(record) => {
+                let mut host = alloc(record.payload_len as usize);
+                if let Err(error) = self.read_record(&record, info, host.as_mut()) {
+                    tracing::warn!(target: "burn_spill::transfer", id = info.id, %error,
+                        "prefetch could not read a spill record; the op needing it will retry");
+                    *slot.lock() = Residency::Disk(record);
+                    slot.notify_arrived();
+                    return false;
+                }
+                (host, Some(record))
+            }
+            _ => unreachable!("matched above"),
+        };
+        let payload = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| upload(host)));
+        let Ok(payload) = payload else {
+            // The bytes are gone with the panic; never leave the op waiting forever.
+            *slot.lock() = Residency::Taken;
+            slot.notify_arrived();
+            panic!(
+                "burn-spill: uploading tensor {} failed on the transfer worker",
+                info.id
+            );
+        };
+        let direction = if record.is_some() {
+            Direction::DiskToDevice
+        } else {
+            Direction::HostToDevice
+        };
+        let mut state = slot.lock();
+        *state = Residency::Device(payload);
+        self.moved(direction, info, start);
+        drop(state);
+        slot.notify_arrived();
+        if let Some(record) = record {
+            self.free_record(&record);
+        }
+        true
     }
 
     /// Marks a restored tensor as on the device and used now.
@@ -592,14 +1316,20 @@ impl DeviceEngine {
         let tier = match slot {
             Residency::Device(_) | Residency::Taken => Tier::Device,
             Residency::Host(_) => Tier::Host,
+            Residency::InFlight { from } => from,
             Residency::Disk(record) => {
-                if let Some((_, store)) = lock(&self.disk).as_mut() {
-                    store.free(&record);
-                }
+                self.free_record(&record);
                 Tier::Disk
             }
         };
         self.ledger.on_drop(bytes, role, Some(tier));
+    }
+
+    /// Counts an op's wait for a transfer in flight.
+    pub fn stalled(&self, waited: Duration) {
+        if !waited.is_zero() {
+            self.ledger.on_stall(waited);
+        }
     }
 
     fn moved(&self, direction: Direction, info: SlotInfo<'_>, start: Instant) {
@@ -607,5 +1337,34 @@ impl DeviceEngine {
         self.ledger.on_move(direction, info.bytes, info.role, took);
         tracing::debug!(target: "burn_spill::engine", id = info.id, bytes = info.bytes,
             ?direction, micros = took.as_micros() as u64, "moved");
+    }
+}
+
+/// The difference of two counter snapshots, as one step's numbers.
+fn step_stats(
+    step: u64,
+    start: &SpillStats,
+    end: &SpillStats,
+    planned_peak: u64,
+    actual_peak: u64,
+) -> StepStats {
+    let diff = |a: crate::MoveStats, b: crate::MoveStats| crate::MoveStats {
+        count: b.count.saturating_sub(a.count),
+        bytes: b.bytes.saturating_sub(a.bytes),
+        time: b.time.saturating_sub(a.time),
+    };
+    StepStats {
+        step,
+        prefetch_hits: end.prefetch_hits.saturating_sub(start.prefetch_hits),
+        prefetch_misses: end.prefetch_misses.saturating_sub(start.prefetch_misses),
+        stall_time: end.stall_time.saturating_sub(start.stall_time),
+        device_to_host: diff(start.device_to_host, end.device_to_host),
+        host_to_device: diff(start.host_to_device, end.host_to_device),
+        host_to_disk: diff(start.host_to_disk, end.host_to_disk),
+        disk_to_device: diff(start.disk_to_device, end.disk_to_device),
+        planned_peak_device_bytes: planned_peak,
+        actual_peak_device_bytes: actual_peak,
+        windows: 0,
+        saturated_windows: 0,
     }
 }

@@ -3,11 +3,13 @@
 //! Victim choice reads this; it holds weak references so that it never keeps a tensor alive, and
 //! it is only ever locked while no tensor's own lock is held (see `DeviceEngine`).
 
-use std::collections::{BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeSet, HashSet};
 use std::sync::{Arc, Weak};
 
 use super::DeviceEngine;
 use super::slot::{TensorId, Tier};
+use crate::fast_hash::FastMap;
+use crate::policy::plan::{KeyAt, PlanKey};
 
 /// A tensor the engine can move. The adapter implements it for its handle.
 pub trait Spillable: Send + Sync {
@@ -17,6 +19,18 @@ pub trait Spillable: Send + Sync {
     /// Moves the bytes from the host buffer to the spill file. Returns false when the tensor is
     /// not on the host, is busy, or the write failed (it then stays on the host).
     fn demote_to_disk(&self, engine: &DeviceEngine) -> bool;
+    /// Brings the bytes back to the device ahead of need (run by a transfer worker). Returns
+    /// false when they were not on the host or disk, or could not be read (the op that needs
+    /// them then restores them itself and reports the error).
+    fn prefetch(&self, engine: &DeviceEngine) -> bool;
+    /// Evicts the tensors of `batch` (this one among them) to the host in one transfer where
+    /// the adapter can: one read of them all, one contiguous host buffer. Returns, in order,
+    /// which moved. The default moves them one by one.
+    fn evict_batch(&self, batch: &[Arc<dyn Spillable>], engine: &DeviceEngine) -> Vec<bool> {
+        batch.iter().map(|v| v.evict_to_host(engine)).collect()
+    }
+    /// The tensor as `Any`, so that an adapter can find its own handles in a batch.
+    fn as_any(&self) -> &dyn std::any::Any;
 }
 
 struct Entry {
@@ -25,27 +39,71 @@ struct Entry {
     tier: Tier,
     last_use: u64,
     pins: u32,
+    /// The tensor's name in the use plan, once it has one.
+    key: Option<KeyAt>,
+    /// A prefetch for it is queued or running.
+    in_flight: bool,
+    /// It came back by prefetch and no op has read it since.
+    prefetched: bool,
+    /// While spilled: the absolute position (see [`absolute`]) of its next use, if known.
+    due: Option<u64>,
+}
+
+/// A position that orders across steps: the step in the high bits, the op in the low ones.
+pub(crate) fn absolute(step: u64, op: u32) -> u64 {
+    (step << 32) | u64::from(op)
+}
+
+/// What the engine knows of an unpinned resident tensor, for the victim policy.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Resident {
+    pub id: TensorId,
+    pub bytes: u64,
+    pub last_use: u64,
+    pub key: Option<KeyAt>,
+    /// Brought back by a prefetch and not read yet.
+    pub prefetched: bool,
+}
+
+/// A spilled tensor that is not yet on its way back.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Spilled {
+    pub id: TensorId,
+    pub bytes: u64,
+    pub tier: Tier,
+    pub key: KeyAt,
+}
+
+/// What an op's read of a tensor tells the prefetcher.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct InputNote {
+    /// It was on the device thanks to a prefetch.
+    pub prefetched: bool,
+    /// Its key before this read (the one a prefetch would have been planned with).
+    pub key_before: Option<KeyAt>,
 }
 
 /// A candidate victim, upgraded so it stays alive while it is moved.
 pub(crate) struct Candidate {
     pub id: TensorId,
+    pub bytes: u64,
     pub victim: Arc<dyn Spillable>,
 }
 
 #[derive(Default)]
 pub(crate) struct Index {
-    entries: HashMap<TensorId, Entry>,
-    /// (last use, id) of the device and host tiers; the disk tier is never a source of victims.
-    cold: [BTreeSet<(u64, TensorId)>; 2],
+    entries: FastMap<TensorId, Entry>,
+    /// (last use, id) per tier. The disk tier is never a source of victims; its order is what
+    /// the prefetcher scans.
+    cold: [BTreeSet<(u64, TensorId)>; 3],
+    /// (next use, id) of spilled tensors whose next use is known: what the prefetcher reads,
+    /// so that it looks at the few tensors due soon rather than at every spilled one.
+    due: BTreeSet<(u64, TensorId)>,
 }
 
 impl Index {
     fn order(&mut self, tier: Tier) -> Option<&mut BTreeSet<(u64, TensorId)>> {
-        match tier {
-            Tier::Device | Tier::Host => Some(&mut self.cold[tier.index()]),
-            Tier::Disk => None,
-        }
+        Some(&mut self.cold[tier.index()])
     }
 
     /// Adds a tensor, or marks it used now if present.
@@ -69,6 +127,10 @@ impl Index {
                 tier,
                 last_use: tick,
                 pins: 0,
+                key: None,
+                in_flight: false,
+                prefetched: false,
+                due: None,
             },
         );
         if let Some(order) = self.order(tier) {
@@ -94,6 +156,11 @@ impl Index {
         };
         let (old_tier, last_use) = (entry.tier, entry.last_use);
         entry.tier = tier;
+        if tier == Tier::Device
+            && let Some(due) = entry.due.take()
+        {
+            self.due.remove(&(due, id));
+        }
         if let Some(order) = self.order(old_tier) {
             order.remove(&(last_use, id));
         }
@@ -115,10 +182,141 @@ impl Index {
     }
 
     pub fn remove(&mut self, id: TensorId) {
-        if let Some(entry) = self.entries.remove(&id)
-            && let Some(order) = self.order(entry.tier)
-        {
+        let Some(entry) = self.entries.remove(&id) else {
+            return;
+        };
+        if let Some(due) = entry.due {
+            self.due.remove(&(due, id));
+        }
+        if let Some(order) = self.order(entry.tier) {
             order.remove(&(entry.last_use, id));
+        }
+    }
+
+    /// The key of a tensor, if it has one.
+    pub fn key_of(&self, id: TensorId) -> Option<KeyAt> {
+        self.entries.get(&id).and_then(|e| e.key)
+    }
+
+    /// Sets (or clears) when a spilled tensor is next used.
+    pub fn set_due(&mut self, id: TensorId, due: Option<u64>) {
+        let Some(entry) = self.entries.get_mut(&id) else {
+            return;
+        };
+        if let Some(old) = entry.due.take() {
+            self.due.remove(&(old, id));
+        }
+        if entry.tier != Tier::Device
+            && let Some(due) = due
+        {
+            entry.due = Some(due);
+            self.due.insert((due, id));
+        }
+    }
+
+    /// Gives a tensor its key in the use plan.
+    pub fn set_key(&mut self, id: TensorId, key: KeyAt) {
+        if let Some(entry) = self.entries.get_mut(&id) {
+            entry.key = Some(key);
+        }
+    }
+
+    /// Notes that input `slot` of the op at position `now` of step `step` reads `id`: a tensor
+    /// not keyed in this step is named after this read, and a prefetched one counts as a hit.
+    pub fn note_input(&mut self, id: TensorId, step: u64, now: u32, slot: u16) -> InputNote {
+        let Some(entry) = self.entries.get_mut(&id) else {
+            return InputNote::default();
+        };
+        let note = InputNote {
+            prefetched: std::mem::take(&mut entry.prefetched),
+            key_before: entry.key,
+        };
+        if entry.key.is_none_or(|k| k.step != step) {
+            entry.key = Some(KeyAt {
+                step,
+                key: PlanKey::Input { op: now, slot },
+            });
+        }
+        note
+    }
+
+    /// The unpinned live tensors of `tier` not in `tried`.
+    pub fn unpinned(&self, tier: Tier, tried: &HashSet<TensorId>) -> Vec<Resident> {
+        self.cold[tier.index()]
+            .iter()
+            .filter_map(|&(_, id)| {
+                let e = &self.entries[&id];
+                (e.pins == 0 && !e.in_flight && !tried.contains(&id)).then_some(Resident {
+                    id,
+                    bytes: e.bytes,
+                    last_use: e.last_use,
+                    key: e.key,
+                    prefetched: e.prefetched,
+                })
+            })
+            .collect()
+    }
+
+    /// Upgrades the given tensors (those still alive), in order.
+    pub fn upgrade(&self, ids: impl IntoIterator<Item = TensorId>) -> Vec<Candidate> {
+        ids.into_iter()
+            .filter_map(|id| {
+                let entry = self.entries.get(&id)?;
+                let victim = entry.victim.upgrade()?;
+                Some(Candidate {
+                    id,
+                    bytes: entry.bytes,
+                    victim,
+                })
+            })
+            .collect()
+    }
+
+    /// Spilled tensors with a key, no prefetch under way and a next use at or before `until`
+    /// (absolute), soonest first.
+    pub fn due_until(&self, until: u64) -> Vec<Spilled> {
+        self.due
+            .range(..=(until, TensorId::MAX))
+            .filter_map(|&(_, id)| {
+                let e = &self.entries[&id];
+                let key = e.key.filter(|_| !e.in_flight && e.tier != Tier::Device)?;
+                Some(Spilled {
+                    id,
+                    bytes: e.bytes,
+                    tier: e.tier,
+                    key,
+                })
+            })
+            .collect()
+    }
+
+    /// Every spilled tensor with a key (to place them all again under a new plan).
+    pub fn spilled_keys(&self) -> Vec<(TensorId, KeyAt)> {
+        [Tier::Host, Tier::Disk]
+            .into_iter()
+            .flat_map(|tier| self.cold[tier.index()].iter())
+            .filter_map(|&(_, id)| Some((id, self.entries[&id].key?)))
+            .collect()
+    }
+
+    /// Marks a prefetch of `id` as queued; returns the tensor, or `None` if it is gone.
+    pub fn start_flight(&mut self, id: TensorId) -> Option<Arc<dyn Spillable>> {
+        let entry = self.entries.get_mut(&id)?;
+        let victim = entry.victim.upgrade()?;
+        entry.in_flight = true;
+        Some(victim)
+    }
+
+    /// Ends a prefetch of `id`; an arrived tensor is on the device, used now, and a hit-to-be.
+    pub fn end_flight(&mut self, id: TensorId, arrived: bool, tick: u64) {
+        let Some(entry) = self.entries.get_mut(&id) else {
+            return;
+        };
+        entry.in_flight = false;
+        if arrived {
+            entry.prefetched = true;
+            self.set_tier(id, Tier::Device);
+            self.touch(id, tick);
         }
     }
 
@@ -130,12 +328,10 @@ impl Index {
     /// The coldest unpinned live tensors of `tier`, not in `tried`, until their bytes reach
     /// `want` (at least one when any exists).
     pub fn coldest(&self, tier: Tier, want: u64, tried: &HashSet<TensorId>) -> Vec<Candidate> {
-        let Some(order) = (match tier {
-            Tier::Device | Tier::Host => Some(&self.cold[tier.index()]),
-            Tier::Disk => None,
-        }) else {
+        if tier == Tier::Disk {
             return Vec::new();
-        };
+        }
+        let order = &self.cold[tier.index()];
         let mut picked = Vec::new();
         let mut bytes = 0u64;
         for &(_, id) in order {
@@ -143,12 +339,16 @@ impl Index {
                 break;
             }
             let entry = &self.entries[&id];
-            if entry.pins > 0 || tried.contains(&id) {
+            if entry.pins > 0 || entry.in_flight || tried.contains(&id) {
                 continue;
             }
             if let Some(victim) = entry.victim.upgrade() {
                 bytes += entry.bytes;
-                picked.push(Candidate { id, victim });
+                picked.push(Candidate {
+                    id,
+                    bytes: entry.bytes,
+                    victim,
+                });
             }
         }
         picked
@@ -166,6 +366,12 @@ mod tests {
         }
         fn demote_to_disk(&self, _: &DeviceEngine) -> bool {
             true
+        }
+        fn prefetch(&self, _: &DeviceEngine) -> bool {
+            true
+        }
+        fn as_any(&self) -> &dyn std::any::Any {
+            self
         }
     }
 

@@ -109,6 +109,13 @@ pub struct Ledger {
     unevictable: AtomicU64,
     estimate_misses: AtomicU64,
     disk_write_errors: AtomicU64,
+    stall_nanos: AtomicU64,
+    prefetch_hits: AtomicU64,
+    prefetch_misses: AtomicU64,
+    prefetch_issued: AtomicU64,
+    step_peak_device: AtomicU64,
+    batches: AtomicU64,
+    batched_tensors: AtomicU64,
 }
 
 impl Ledger {
@@ -137,6 +144,42 @@ impl Ledger {
         if let Some(tier) = tier {
             self.remove_from_tier(tier, bytes, role);
         }
+    }
+
+    /// Records time an op spent waiting for bytes (a move on its own thread, or a transfer in
+    /// flight).
+    pub fn on_stall(&self, took: Duration) {
+        self.stall_nanos.fetch_add(
+            took.as_nanos().min(u64::MAX as u128) as u64,
+            Ordering::Relaxed,
+        );
+    }
+
+    /// Records what the prefetcher achieved for an op's inputs: `hits` were on the device
+    /// because a prefetch brought them, `misses` had to be brought back by the op itself.
+    pub fn on_prefetch_outcome(&self, hits: u64, misses: u64) {
+        if hits > 0 {
+            self.prefetch_hits.fetch_add(hits, Ordering::Relaxed);
+        }
+        if misses > 0 {
+            self.prefetch_misses.fetch_add(misses, Ordering::Relaxed);
+        }
+    }
+
+    /// Records one batched eviction of `tensors` tensors.
+    pub fn on_batch(&self, tensors: u64) {
+        self.batches.fetch_add(1, Ordering::Relaxed);
+        self.batched_tensors.fetch_add(tensors, Ordering::Relaxed);
+    }
+
+    /// Records a prefetch sent to a transfer worker.
+    pub fn on_prefetch_issued(&self) {
+        self.prefetch_issued.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Count, bytes and time of the moves in one direction so far.
+    pub fn moves(&self, direction: Direction) -> MoveStats {
+        self.moves[direction as usize].snapshot()
     }
 
     /// Records a move between tiers.
@@ -202,9 +245,19 @@ impl Ledger {
         let i = tier.index();
         let now = self.tier[i].fetch_add(bytes, Ordering::Relaxed) + bytes;
         raise_peak(&self.tier_peak[i], now);
+        if tier == Tier::Device {
+            raise_peak(&self.step_peak_device, now);
+        }
         if role == TensorRole::Parameter {
             self.parameter_tier[i].fetch_add(bytes, Ordering::Relaxed);
         }
+    }
+
+    /// The device peak since the last call (or since creation), and starts the next period at
+    /// the bytes resident now.
+    pub fn take_step_peak(&self) -> u64 {
+        self.step_peak_device
+            .swap(self.resident(Tier::Device), Ordering::Relaxed)
     }
 
     fn remove_from_tier(&self, tier: Tier, bytes: u64, role: TensorRole) {
@@ -259,6 +312,13 @@ impl Ledger {
             estimate_misses: self.estimate_misses.load(Ordering::Relaxed),
             disk_write_errors: self.disk_write_errors.load(Ordering::Relaxed),
             time_moving: moves.iter().map(|m| m.time).sum(),
+            stall_time: Duration::from_nanos(self.stall_nanos.load(Ordering::Relaxed)),
+            prefetch_hits: self.prefetch_hits.load(Ordering::Relaxed),
+            prefetch_misses: self.prefetch_misses.load(Ordering::Relaxed),
+            prefetches_issued: self.prefetch_issued.load(Ordering::Relaxed),
+            eviction_batches: self.batches.load(Ordering::Relaxed),
+            batched_evictions: self.batched_tensors.load(Ordering::Relaxed),
+            last_step: None,
         }
     }
 }

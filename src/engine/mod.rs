@@ -10,9 +10,10 @@ pub mod index;
 pub mod ledger;
 pub mod registry;
 pub mod slot;
+pub mod transfer;
 
 pub use device::{DeviceEngine, Limits, OpInput, OpOutput, OpTicket};
 pub use index::Spillable;
 pub use ledger::{LiveSummary, TensorRole};
 pub use registry::{DeviceKey, engine_for};
-pub use slot::{Residency, SlotInfo, TensorId, Tier};
+pub use slot::{Residency, Slot, SlotInfo, TensorId, Tier};

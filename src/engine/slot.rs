@@ -4,6 +4,8 @@
 //! never looks inside either, so it is tested with fakes. Transitions are made by
 //! [`DeviceEngine`](super::DeviceEngine), which keeps the ledger in step with them.
 
+use std::sync::{Condvar, Mutex, MutexGuard, TryLockError};
+
 use super::disk::DiskRecord;
 
 /// A process-wide unique tensor id. Clones of a handle share it.
@@ -39,6 +41,11 @@ pub enum Residency<D, H> {
     Host(H),
     /// In the spill file.
     Disk(DiskRecord),
+    /// Being moved by a transfer worker, which holds the bytes; `from` still counts them.
+    InFlight {
+        /// The tier the bytes are counted in until they arrive.
+        from: Tier,
+    },
     /// Taken by an op that consumed the last handle; the handle is about to drop.
     Taken,
 }
@@ -50,6 +57,7 @@ impl<D, H> Residency<D, H> {
             Residency::Device(_) => Some(Tier::Device),
             Residency::Host(_) => Some(Tier::Host),
             Residency::Disk(_) => Some(Tier::Disk),
+            Residency::InFlight { from } => Some(*from),
             Residency::Taken => None,
         }
     }
@@ -67,4 +75,60 @@ pub struct SlotInfo<'a> {
     /// Its dtype and shape as the adapter describes them, stored in spill records and checked
     /// on read.
     pub meta: &'a [u8],
+}
+
+/// One tensor's residency behind its lock, with the signal a transfer worker gives when bytes
+/// it carried have arrived.
+#[derive(Debug)]
+pub struct Slot<D, H> {
+    state: Mutex<Residency<D, H>>,
+    arrived: Condvar,
+}
+
+impl<D, H> Slot<D, H> {
+    /// A slot holding `state`.
+    pub fn new(state: Residency<D, H>) -> Self {
+        Self {
+            state: Mutex::new(state),
+            arrived: Condvar::new(),
+        }
+    }
+
+    /// Locks the state. A poisoned lock comes from a panic in a read or upload of the payload
+    /// (reported by that panic); the state is still one of the tiers.
+    pub fn lock(&self) -> MutexGuard<'_, Residency<D, H>> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Locks the state unless someone holds it (a busy tensor is a poor victim).
+    pub fn try_lock(&self) -> Option<MutexGuard<'_, Residency<D, H>>> {
+        match self.state.try_lock() {
+            Ok(guard) => Some(guard),
+            Err(TryLockError::Poisoned(e)) => Some(e.into_inner()),
+            Err(TryLockError::WouldBlock) => None,
+        }
+    }
+
+    /// Locks the state once no transfer holds the bytes; returns how long it waited.
+    pub fn lock_settled(&self) -> (MutexGuard<'_, Residency<D, H>>, std::time::Duration) {
+        let mut guard = self.lock();
+        if !matches!(*guard, Residency::InFlight { .. }) {
+            return (guard, std::time::Duration::ZERO);
+        }
+        let start = std::time::Instant::now();
+        while matches!(*guard, Residency::InFlight { .. }) {
+            guard = self.arrived.wait(guard).unwrap_or_else(|e| e.into_inner());
+        }
+        (guard, start.elapsed())
+    }
+
+    /// Wakes the ops waiting for this slot's bytes.
+    pub fn notify_arrived(&self) {
+        self.arrived.notify_all();
+    }
+
+    /// The state, for a drop (no one else can hold the lock).
+    pub fn get_mut(&mut self) -> &mut Residency<D, H> {
+        self.state.get_mut().unwrap_or_else(|e| e.into_inner())
+    }
 }

@@ -1,8 +1,16 @@
-//! Victim choice: which tensor leaves a tier when room is needed.
+//! Victim choice: which tensor leaves a tier when room is needed, and what comes back early.
 //!
-//! Only least-recently-used exists for now; the tape-driven policies (next use, cost aware)
-//! arrive with the tape. The engine's index keeps each tier ordered by last use, so LRU is
-//! "take from the cold end".
+//! - [`plan`]: from a recorded step, when each tensor of the next step is used.
+//! - [`victim`]: the policies (LRU, next use, cost aware) as ranks over candidates.
+//! - [`simulate`]: offline replay of a step under a budget (Belady's MIN for reference).
+//! - [`windows`]: the step in windows of ops, each checked against the measured bandwidth.
+//!
+//! Nothing here names a Burn type; everything is unit-tested on synthetic tapes.
+
+pub mod plan;
+pub mod simulate;
+pub mod victim;
+pub mod windows;
 
 use std::fmt;
 use std::str::FromStr;
@@ -18,17 +26,24 @@ pub enum PolicyKind {
     /// Evict the tensor whose last use (as an op input or output) is oldest.
     #[default]
     Lru,
+    /// Evict the tensor whose next use on the tape is furthest away (Belady's rule).
+    NextUse,
+    /// Evict the tensor with the lowest cost to bring back per byte freed and per op of
+    /// distance to its next use, from measured bandwidth per direction.
+    CostAware,
 }
 
 impl PolicyKind {
     /// The names `FromStr` accepts.
-    pub const ACCEPTED: &'static str = "lru";
+    pub const ACCEPTED: &'static str = "lru, next_use, cost_aware";
 }
 
 impl fmt::Display for PolicyKind {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             PolicyKind::Lru => f.write_str("lru"),
+            PolicyKind::NextUse => f.write_str("next_use"),
+            PolicyKind::CostAware => f.write_str("cost_aware"),
         }
     }
 }
@@ -37,8 +52,10 @@ impl FromStr for PolicyKind {
     type Err = SpillError;
 
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        match s.trim().to_ascii_lowercase().as_str() {
+        match s.trim().to_ascii_lowercase().replace('-', "_").as_str() {
             "lru" => Ok(PolicyKind::Lru),
+            "next_use" | "nextuse" | "belady" => Ok(PolicyKind::NextUse),
+            "cost_aware" | "costaware" => Ok(PolicyKind::CostAware),
             _ => Err(SpillError::InvalidValue {
                 field: "policy",
                 value: s.to_string(),

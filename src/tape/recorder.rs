@@ -6,8 +6,10 @@
 //! and export; only the last few steps are kept.
 
 use std::collections::{HashMap, VecDeque};
-use std::hash::{BuildHasherDefault, Hasher};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::hash::BuildHasherDefault;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+use crate::fast_hash::{FastHasher, mix};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Instant;
 
@@ -194,6 +196,8 @@ struct State {
     /// that recorded. Ops of other threads (metric or data-loading workers) are recorded but
     /// their nondeterministic interleaving must not break verification or period detection.
     main_thread: Option<u64>,
+    /// Steps recorded in full so far.
+    step_tapes: u64,
 }
 
 /// What the recorder has seen, for stats and tests.
@@ -215,10 +219,6 @@ pub const DEFAULT_RESAMPLE_STEPS: u64 = 100;
 
 /// Mixes 64-bit words: the hot path hashes a few words per op, where SipHash's setup costs
 /// more than the work (this is FxHash's step).
-fn mix(h: u64, word: u64) -> u64 {
-    (h.rotate_left(5) ^ word).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95)
-}
-
 /// An op's signature: its name and its outputs' dtypes and shapes. Two steps of the same
 /// program have the same signature sequence; a dynamic graph or a new shape breaks it. Names
 /// and dtype names are `&'static str`s, so their addresses identify them within the process.
@@ -242,31 +242,6 @@ impl SigBuilder {
     }
 }
 
-/// A few-words hasher for the hot path (tensor ids, op hints): one multiply per word spreads
-/// counters and small values well enough, where SipHash's setup would cost more than the work.
-#[derive(Default)]
-pub(crate) struct FastHasher(u64);
-
-impl Hasher for FastHasher {
-    fn write(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.0 = mix(self.0, b as u64);
-        }
-    }
-
-    fn write_u64(&mut self, id: u64) {
-        self.0 = mix(self.0, id);
-    }
-
-    fn write_usize(&mut self, value: usize) {
-        self.0 = mix(self.0, value as u64);
-    }
-
-    fn finish(&self) -> u64 {
-        self.0
-    }
-}
-
 impl State {
     /// Closes the current step (see [`Recorder::boundary`]).
     fn close(&mut self, next_marked: bool) -> Option<Arc<StepTape>> {
@@ -281,6 +256,7 @@ impl State {
                     state.finished.pop_front();
                 }
                 state.finished.push_back(tape.clone());
+                state.step_tapes += 1;
                 closed = Some(tape);
                 let repeats = !state.expected.is_empty() && state.expected == state.signatures;
                 if !state.expected.is_empty() && !repeats {
@@ -386,7 +362,16 @@ impl State {
 pub struct Recorder {
     enabled: AtomicBool,
     state: Mutex<State>,
+    /// (step << 24) | ops of the stepping thread so far in it: where the running op stands.
+    position: AtomicU64,
+    /// Recorded steps finished so far and divergences seen, for the engine's plan.
+    finished_count: AtomicU64,
+    divergence_count: AtomicU64,
 }
+
+/// Ops per step the packed position can count; longer steps saturate (their tail shares one
+/// position, which only blurs the plan there).
+const POSITION_BITS: u32 = 24;
 
 impl Default for Recorder {
     fn default() -> Self {
@@ -411,7 +396,11 @@ impl Default for Recorder {
                 candidate: None,
                 auto_period: None,
                 main_thread: None,
+                step_tapes: 0,
             }),
+            position: AtomicU64::new(0),
+            finished_count: AtomicU64::new(0),
+            divergence_count: AtomicU64::new(0),
         }
     }
 }
@@ -432,6 +421,48 @@ pub fn thread_number() -> u64 {
 impl Recorder {
     fn lock(&self) -> MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Makes the step, the position in it and the counters readable without the lock.
+    fn publish(&self, state: &State) {
+        let ops = (state.signatures.len() as u64).min((1 << POSITION_BITS) - 1);
+        self.position
+            .store((state.step << POSITION_BITS) | ops, Ordering::Relaxed);
+        self.finished_count
+            .store(state.step_tapes, Ordering::Relaxed);
+        self.divergence_count
+            .store(state.divergences, Ordering::Relaxed);
+    }
+
+    /// The current step and how many of its ops (of the stepping thread) have run: the position
+    /// of the op about to run.
+    pub fn position(&self) -> (u64, u32) {
+        let packed = self.position.load(Ordering::Relaxed);
+        (
+            packed >> POSITION_BITS,
+            (packed & ((1 << POSITION_BITS) - 1)) as u32,
+        )
+    }
+
+    /// How many steps were recorded in full so far, and how many divergences were seen: when
+    /// either changes, a plan built from the tape is out of date.
+    pub fn plan_epoch(&self) -> (u64, u64) {
+        (
+            self.finished_count.load(Ordering::Relaxed),
+            self.divergence_count.load(Ordering::Relaxed),
+        )
+    }
+
+    /// The last two recorded steps, older first (either may be missing).
+    pub fn last_two(&self) -> (Option<Arc<StepTape>>, Option<Arc<StepTape>>) {
+        let state = self.lock();
+        let n = state.finished.len();
+        let at = |i: usize| state.finished.get(i).cloned();
+        match n {
+            0 => (None, None),
+            1 => (None, at(0)),
+            _ => (at(n - 2), at(n - 1)),
+        }
     }
 
     /// Whether ops are being recorded.
@@ -481,6 +512,7 @@ impl Recorder {
             state.signatures.push(sig);
             drop(inputs);
             state.auto_step(sig);
+            self.publish(state);
             return;
         }
         let start_ns = started
@@ -524,6 +556,7 @@ impl Recorder {
         if main {
             state.auto_step(sig);
         }
+        self.publish(state);
     }
 
     /// Notes that a tensor's last handle dropped.
@@ -553,7 +586,9 @@ impl Recorder {
             state.detector = None;
             state.auto_period = None;
         }
-        state.close(next_marked)
+        let closed = state.close(next_marked);
+        self.publish(&state);
+        closed
     }
 
     /// Steps, divergences and whether the recorder is only verifying now.

@@ -1,0 +1,180 @@
+//! The background workers of one device: a transfer thread for device <-> host moves and an I/O
+//! thread for host <-> disk moves (and disk reads of prefetches).
+//!
+//! Ops hand them jobs and go on; a job's bytes are marked in flight in the tensor's slot, and an
+//! op that needs them waits for them (counted as stall time). Workers take a tensor's lock only
+//! to swap its state, never while copying, and never call into Autodiff: they work on the inner
+//! backend's primitives only. On CubeCL backends a worker thread gets its own stream, because
+//! CubeCL keys streams by thread.
+//!
+//! Workers start on the first job and live as long as the process (device engines are never
+//! dropped). A job that panics is logged and the worker goes on.
+
+use std::collections::VecDeque;
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+
+use super::DeviceEngine;
+use super::index::Spillable;
+use super::slot::TensorId;
+
+/// Work for a worker.
+pub(crate) enum Job {
+    /// Bring a spilled tensor back to the device ahead of its use.
+    Prefetch {
+        victim: Arc<dyn Spillable>,
+        id: TensorId,
+        bytes: u64,
+        /// The step and position when it was queued, to learn how many ops a transfer takes.
+        queued_at: (u64, u32),
+    },
+    /// Evict until the device holds at most `target` bytes.
+    Settle { target: u64 },
+    /// Move the host tier's overflow to disk.
+    Overflow,
+}
+
+/// Which worker runs a job.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Lane {
+    /// Device <-> host.
+    Transfer,
+    /// Host <-> disk.
+    Io,
+}
+
+/// One worker's queue. Prefetches go first: an op is about to need their bytes, while an
+/// eviction after an op only restores headroom.
+#[derive(Default)]
+struct Queue {
+    urgent: VecDeque<Job>,
+    background: VecDeque<Job>,
+    started: bool,
+    /// The worker is waiting for a job: only then is it woken (a wake is a system call).
+    idle: bool,
+}
+
+#[derive(Default)]
+struct Worker {
+    queue: Mutex<Queue>,
+    ready: Condvar,
+}
+
+impl Worker {
+    fn lock(&self) -> MutexGuard<'_, Queue> {
+        self.queue.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The next job, waiting for one.
+    fn next(&self) -> Job {
+        let mut queue = self.lock();
+        loop {
+            if let Some(job) = queue.urgent.pop_front() {
+                return job;
+            }
+            if let Some(job) = queue.background.pop_front() {
+                return job;
+            }
+            queue.idle = true;
+            queue = self.ready.wait(queue).unwrap_or_else(|e| e.into_inner());
+            queue.idle = false;
+        }
+    }
+}
+
+/// The two workers and the count of jobs not yet done.
+#[derive(Default)]
+pub(crate) struct Transfers {
+    transfer: Worker,
+    io: Worker,
+    pending: Mutex<u64>,
+    idle: Condvar,
+}
+
+thread_local! {
+    static ON_WORKER: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Whether the calling thread is a transfer worker (its moves are not op stalls).
+pub(crate) fn on_worker() -> bool {
+    ON_WORKER.with(std::cell::Cell::get)
+}
+
+impl Transfers {
+    fn lock_pending(&self) -> std::sync::MutexGuard<'_, u64> {
+        self.pending.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Queues `job` on `lane`, starting its worker if needed.
+    pub fn submit(&self, engine: &Arc<DeviceEngine>, lane: Lane, job: Job) {
+        *self.lock_pending() += 1;
+        let worker = self.worker(lane);
+        let mut queue = worker.lock();
+        match job {
+            Job::Prefetch { .. } => queue.urgent.push_back(job),
+            _ => queue.background.push_back(job),
+        }
+        if !queue.started {
+            queue.started = true;
+            spawn(engine.clone(), lane);
+        }
+        let wake = std::mem::take(&mut queue.idle);
+        drop(queue);
+        if wake {
+            worker.ready.notify_one();
+        }
+    }
+
+    fn worker(&self, lane: Lane) -> &Worker {
+        match lane {
+            Lane::Transfer => &self.transfer,
+            Lane::Io => &self.io,
+        }
+    }
+
+    fn done(&self) {
+        let mut pending = self.lock_pending();
+        *pending = pending.saturating_sub(1);
+        if *pending == 0 {
+            self.idle.notify_all();
+        }
+    }
+
+    /// Waits until every queued job is done. Never call it from a worker or while holding a
+    /// tensor's lock.
+    pub fn quiesce(&self) {
+        if on_worker() {
+            return;
+        }
+        let mut pending = self.lock_pending();
+        while *pending > 0 {
+            pending = self.idle.wait(pending).unwrap_or_else(|e| e.into_inner());
+        }
+    }
+}
+
+fn spawn(engine: Arc<DeviceEngine>, lane: Lane) {
+    let name = match lane {
+        Lane::Transfer => "burn-spill-transfer",
+        Lane::Io => "burn-spill-io",
+    };
+    std::thread::Builder::new()
+        .name(name.into())
+        .spawn(move || {
+            ON_WORKER.with(|w| w.set(true));
+            loop {
+                let job = engine.transfers().worker(lane).next();
+                if let Err(panic) = catch_unwind(AssertUnwindSafe(|| engine.run_job(job))) {
+                    let what = panic
+                        .downcast_ref::<String>()
+                        .map(String::as_str)
+                        .or_else(|| panic.downcast_ref::<&str>().copied())
+                        .unwrap_or("(no message)");
+                    tracing::error!(target: "burn_spill::transfer", worker = name, what,
+                        "a transfer job panicked; the worker goes on");
+                }
+                engine.transfers().done();
+            }
+        })
+        .unwrap_or_else(|e| panic!("burn-spill: cannot start the {name} thread: {e}"));
+}

@@ -1,0 +1,371 @@
+//! `UsePlan`: when each tensor of a repeating step is used, learned from one recorded step.
+//!
+//! Tensor ids are new every step, so the plan names tensors by position instead: the output
+//! `slot` of the op at position `op` ([`PlanKey::Produced`]), or, for a tensor from before the
+//! step (a parameter, optimizer state), the input `slot` of the op that first reads it
+//! ([`PlanKey::Input`]). The engine gives each live tensor such a key as the step runs, tagged
+//! with the step it was given in ([`KeyAt`]), and asks the plan how far away its next use is.
+//!
+//! Positions count the ops of the stepping thread only (the thread that defines steps in the
+//! recorder), so that a metrics thread's ops cannot shift them.
+
+use std::collections::HashMap;
+
+use crate::fast_hash::FastMap;
+
+use crate::tape::StepTape;
+
+/// A tensor's name in the plan.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum PlanKey {
+    /// Output `slot` of the op at position `op`.
+    Produced {
+        /// Position of the producing op.
+        op: u32,
+        /// Which output.
+        slot: u16,
+    },
+    /// A tensor from before the step, first read as input `slot` of the op at position `op`.
+    Input {
+        /// Position of the first op reading it.
+        op: u32,
+        /// Which input of that op.
+        slot: u16,
+    },
+}
+
+/// A key and the step (the recorder's step counter) it was given in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct KeyAt {
+    /// The step.
+    pub step: u64,
+    /// The key.
+    pub key: PlanKey,
+}
+
+/// How far away a tensor's next use is, in ops.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NextUse {
+    /// In this many ops (0 = the op running now).
+    In(u32),
+    /// Not in this step nor the next: the best victim there is.
+    Never,
+    /// The plan cannot tell (no plan, a key from an older step, a program that changed).
+    Unknown,
+}
+
+impl NextUse {
+    /// The distance, with `Never` as `u32::MAX` and `Unknown` as `unknown`.
+    pub fn distance_or(self, unknown: u32) -> u32 {
+        match self {
+            NextUse::In(d) => d,
+            NextUse::Never => u32::MAX,
+            NextUse::Unknown => unknown,
+        }
+    }
+}
+
+/// The uses of every keyed tensor of one step, and which tensors a step hands to the next.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct UsePlan {
+    len: u32,
+    /// Positions (sorted, each once) where each key is read.
+    uses: FastMap<PlanKey, Vec<u32>>,
+    /// Tensors produced in a step and read in the next one: their key there.
+    carried: FastMap<PlanKey, PlanKey>,
+    /// The most device bytes the recorded step held (its own "planned" peak).
+    recorded_peak: u64,
+}
+
+/// Maps a tape's op indices to positions: ops of the stepping thread get consecutive positions,
+/// the others none.
+fn positions_of(tape: &StepTape) -> Vec<Option<u32>> {
+    let mut per_thread: HashMap<u64, usize> = HashMap::new();
+    for op in &tape.ops {
+        *per_thread.entry(op.thread).or_default() += 1;
+    }
+    // The stepping thread runs the step; others (metrics, loaders) run a few ops beside it.
+    let main = per_thread
+        .into_iter()
+        .max_by_key(|&(thread, n)| (n, std::cmp::Reverse(thread)))
+        .map(|(thread, _)| thread);
+    let mut next = 0u32;
+    tape.ops
+        .iter()
+        .map(|op| {
+            (Some(op.thread) == main).then(|| {
+                next += 1;
+                next - 1
+            })
+        })
+        .collect()
+}
+
+/// Each tensor of a tape with its key there, and the positions that read it.
+fn keys_and_uses(tape: &StepTape) -> (u32, HashMap<u64, (PlanKey, Vec<u32>)>) {
+    let positions = positions_of(tape);
+    let mut by_id: HashMap<u64, (PlanKey, Vec<u32>)> = HashMap::new();
+    for (op, pos) in tape.ops.iter().zip(&positions) {
+        let Some(pos) = *pos else { continue };
+        for (slot, id) in op.inputs.iter().enumerate() {
+            let entry = by_id.entry(*id).or_insert_with(|| {
+                (
+                    PlanKey::Input {
+                        op: pos,
+                        slot: slot as u16,
+                    },
+                    Vec::new(),
+                )
+            });
+            if entry.1.last() != Some(&pos) {
+                entry.1.push(pos);
+            }
+        }
+        for (slot, id) in op.outputs.iter().enumerate() {
+            // An op may hand back one of its inputs; the tensor keeps its first key.
+            by_id.entry(*id).or_insert_with(|| {
+                (
+                    PlanKey::Produced {
+                        op: pos,
+                        slot: slot as u16,
+                    },
+                    Vec::new(),
+                )
+            });
+        }
+    }
+    let len = positions.iter().flatten().count() as u32;
+    (len, by_id)
+}
+
+impl UsePlan {
+    /// The plan of `tape`. With `previous`, the tape of the step just before it running the same
+    /// number of ops, the plan also learns which tensors one step hands to the next (updated
+    /// parameters, optimizer state).
+    pub fn from_tape(tape: &StepTape, previous: Option<&StepTape>) -> Self {
+        let (len, by_id) = keys_and_uses(tape);
+        let mut carried = FastMap::default();
+        // Positions only line up between recordings of the same program (Adam's first step, for
+        // one, has fewer ops than the ones after it).
+        if let Some(previous) = previous.filter(|p| p.step + 1 == tape.step)
+            && let (previous_len, before) = keys_and_uses(previous)
+            && previous_len == len
+        {
+            for (id, (key, _)) in &by_id {
+                if let PlanKey::Input { .. } = key
+                    && let Some((from @ PlanKey::Produced { .. }, _)) = before.get(id)
+                {
+                    carried.insert(*from, *key);
+                }
+            }
+        }
+        let recorded_peak = tape.tiers.iter().map(|s| s.device).max().unwrap_or(0);
+        Self {
+            len,
+            uses: by_id.into_values().collect(),
+            carried,
+            recorded_peak,
+        }
+    }
+
+    /// Ops per step (of the stepping thread).
+    pub fn len(&self) -> u32 {
+        self.len
+    }
+
+    /// Whether the plan saw no op.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The most device bytes the recorded step held.
+    pub fn recorded_peak(&self) -> u64 {
+        self.recorded_peak
+    }
+
+    /// What the tensors a step hands to the next are called there.
+    #[cfg(test)]
+    pub(crate) fn carried(&self) -> &FastMap<PlanKey, PlanKey> {
+        &self.carried
+    }
+
+    /// Keeps `older`'s hand-over map when this plan could not learn one (its step did not
+    /// follow a recorded step) and both describe the same number of ops.
+    pub fn inherit_carried(&mut self, older: &UsePlan) {
+        if self.carried.is_empty() && self.len == older.len {
+            self.carried = older.carried.clone();
+        }
+    }
+
+    /// The positions where `key` is read in a step.
+    pub fn uses(&self, key: PlanKey) -> &[u32] {
+        self.uses.get(&key).map_or(&[], Vec::as_slice)
+    }
+
+    /// The key's reads in the step after the one it was given in.
+    fn next_step_uses(&self, key: PlanKey) -> &[u32] {
+        match key {
+            PlanKey::Input { .. } => self.uses(key),
+            PlanKey::Produced { .. } => self.carried.get(&key).map_or(&[], |k| self.uses(*k)),
+        }
+    }
+
+    /// How far the next use of the tensor keyed `at` is from position `now` of step `step`.
+    pub fn next_use(&self, at: KeyAt, step: u64, now: u32) -> NextUse {
+        let first_from = |uses: &[u32]| uses.iter().find(|&&u| u >= now).map(|u| u - now);
+        if at.step == step {
+            if let Some(d) = first_from(self.uses(at.key)) {
+                return NextUse::In(d);
+            }
+            return match self.next_step_uses(at.key).first() {
+                Some(&first) => NextUse::In(self.len.saturating_sub(now) + first),
+                None => NextUse::Never,
+            };
+        }
+        if at.step + 1 == step {
+            // Keyed last step and not read yet in this one (a read would have keyed it anew).
+            return match first_from(self.next_step_uses(at.key)) {
+                Some(d) => NextUse::In(d),
+                None => NextUse::Unknown,
+            };
+        }
+        NextUse::Unknown
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::tape::{OpRecord, Producer, TensorRecord};
+
+    fn op(name: &str, inputs: &[u64], outputs: &[u64], thread: u64) -> OpRecord {
+        OpRecord {
+            name: name.into(),
+            inputs: inputs.to_vec(),
+            outputs: outputs.to_vec(),
+            start_ns: 0,
+            duration_ns: 1,
+            thread,
+        }
+    }
+
+    fn tape(step: u64, ops: Vec<OpRecord>) -> StepTape {
+        let mut tensors = Vec::new();
+        for (i, o) in ops.iter().enumerate() {
+            for (slot, id) in o.outputs.iter().enumerate() {
+                tensors.push(TensorRecord {
+                    id: *id,
+                    bytes: 4,
+                    dtype: "F32".into(),
+                    shape: vec![1],
+                    role: crate::TensorRole::Other,
+                    producer: Some(Producer {
+                        op: i as u32,
+                        output: slot as u8,
+                    }),
+                });
+            }
+        }
+        StepTape {
+            step,
+            ops,
+            tensors,
+            ..Default::default()
+        }
+    }
+
+    /// w (from before) -> a = f(w, x); b = g(a); w' = h(w, b): w' is carried to the next step
+    /// where it is read as w.
+    fn two_steps() -> (StepTape, StepTape) {
+        let first = tape(
+            3,
+            vec![
+                op("x", &[], &[10], 1),
+                op("f", &[1, 10], &[11], 1),
+                op("metric", &[11], &[99], 2),
+                op("g", &[11], &[12], 1),
+                op("h", &[1, 12], &[13], 1),
+            ],
+        );
+        let second = tape(
+            4,
+            vec![
+                op("x", &[], &[20], 1),
+                op("f", &[13, 20], &[21], 1),
+                op("g", &[21], &[22], 1),
+                op("h", &[13, 22], &[23], 1),
+            ],
+        );
+        (first, second)
+    }
+
+    #[test]
+    fn positions_skip_other_threads_and_keys_follow_them() {
+        let (first, _) = two_steps();
+        let plan = UsePlan::from_tape(&first, None);
+        assert_eq!(plan.len(), 4);
+        let w = PlanKey::Input { op: 1, slot: 0 };
+        assert_eq!(plan.uses(w), &[1, 3]);
+        let a = PlanKey::Produced { op: 1, slot: 0 };
+        assert_eq!(
+            plan.uses(a),
+            &[2],
+            "the metric thread's read is not a position"
+        );
+        assert!(plan.carried().is_empty());
+    }
+
+    #[test]
+    fn next_use_within_the_step_across_it_and_never() {
+        let (first, second) = two_steps();
+        let plan = UsePlan::from_tape(&second, Some(&first));
+        let produced_w = PlanKey::Produced { op: 3, slot: 0 };
+        let input_w = PlanKey::Input { op: 1, slot: 0 };
+        assert_eq!(plan.carried().get(&produced_w), Some(&input_w));
+
+        let w = KeyAt {
+            step: 7,
+            key: input_w,
+        };
+        assert_eq!(plan.next_use(w, 7, 2), NextUse::In(1));
+        // After its last read this step, its next read is op 1 of the next step: 4 - 3 + 1.
+        assert_eq!(plan.next_use(w, 7, 4), NextUse::In(1));
+        // The updated weight, made at op 3, is read at op 1 of the next step...
+        let w2 = KeyAt {
+            step: 7,
+            key: produced_w,
+        };
+        assert_eq!(plan.next_use(w2, 7, 4), NextUse::In(1));
+        // ...and, keyed last step, from the start of this one.
+        assert_eq!(plan.next_use(w2, 8, 0), NextUse::In(1));
+        // The last op's other output is never read.
+        let b = KeyAt {
+            step: 7,
+            key: PlanKey::Produced { op: 2, slot: 0 },
+        };
+        assert_eq!(plan.next_use(b, 7, 3), NextUse::In(0));
+        assert_eq!(plan.next_use(b, 7, 4), NextUse::Never);
+        // Older keys are unknown.
+        assert_eq!(plan.next_use(w, 9, 0), NextUse::Unknown);
+    }
+
+    #[test]
+    fn the_hand_over_map_needs_consecutive_steps_and_can_be_inherited() {
+        let (first, mut second) = two_steps();
+        second.step = 9;
+        let mut plan = UsePlan::from_tape(&second, Some(&first));
+        assert!(plan.carried().is_empty());
+        second.step = 4;
+        let learned = UsePlan::from_tape(&second, Some(&first));
+        plan.inherit_carried(&learned);
+        assert_eq!(plan.carried(), learned.carried());
+        // A previous step of another length (another program) teaches nothing.
+        let mut shorter = first.clone();
+        shorter.ops.pop();
+        assert!(
+            UsePlan::from_tape(&second, Some(&shorter))
+                .carried()
+                .is_empty()
+        );
+    }
+}

@@ -1,0 +1,232 @@
+//! The victim policies: which resident tensors leave a tier first.
+//!
+//! Each policy turns what is known of a candidate into a rank; the engine evicts in ascending
+//! rank order (ties by least recent use). Without a plan every next use is
+//! [`NextUse::Unknown`] and every policy ranks like LRU.
+
+use std::time::Duration;
+
+use super::PolicyKind;
+use super::plan::NextUse;
+use crate::engine::TensorId;
+
+/// What the policy may know of one candidate.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Candidate {
+    /// The tensor.
+    pub id: TensorId,
+    /// Its bytes.
+    pub bytes: u64,
+    /// The engine's clock at its last use (larger = more recent).
+    pub last_use: u64,
+    /// How far away its next use is.
+    pub next_use: NextUse,
+}
+
+/// Measured cost of bringing bytes back.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Bandwidth {
+    /// Bytes per second of the restore direction.
+    pub bytes_per_sec: f64,
+    /// Fixed cost of one transfer (call, allocation, synchronisation).
+    pub latency: Duration,
+}
+
+impl Bandwidth {
+    /// Assumed before anything moved: a PCIe-class host link.
+    pub const HOST_DEFAULT: Bandwidth = Bandwidth {
+        bytes_per_sec: 10e9,
+        latency: Duration::from_micros(10),
+    };
+    /// Assumed before anything moved: an NVMe-class disk.
+    pub const DISK_DEFAULT: Bandwidth = Bandwidth {
+        bytes_per_sec: 1e9,
+        latency: Duration::from_micros(50),
+    };
+
+    /// Bandwidth measured from `bytes` moved in `time`, or `fallback` before enough moved to
+    /// tell (a few KiB in a few microseconds says little).
+    pub fn measured(bytes: u64, time: Duration, fallback: Bandwidth) -> Bandwidth {
+        if bytes < (1 << 20) || time.is_zero() {
+            return fallback;
+        }
+        Bandwidth {
+            bytes_per_sec: bytes as f64 / time.as_secs_f64(),
+            latency: fallback.latency,
+        }
+    }
+
+    /// Seconds to bring `bytes` back.
+    pub fn seconds(&self, bytes: u64) -> f64 {
+        self.latency.as_secs_f64() + bytes as f64 / self.bytes_per_sec
+    }
+}
+
+/// A victim policy.
+pub trait VictimPolicy {
+    /// The candidate's rank: lower leaves first.
+    fn rank(&self, candidate: &Candidate) -> f64;
+}
+
+/// Least recently used first.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Lru;
+
+impl VictimPolicy for Lru {
+    fn rank(&self, c: &Candidate) -> f64 {
+        c.last_use as f64
+    }
+}
+
+/// Furthest next use first (Belady's rule); unknown next uses count as `unknown` ops away.
+#[derive(Debug, Clone, Copy)]
+pub struct NextUsePolicy {
+    /// Distance assumed for a tensor the plan cannot place (one step is a good guess).
+    pub unknown: u32,
+}
+
+impl VictimPolicy for NextUsePolicy {
+    fn rank(&self, c: &Candidate) -> f64 {
+        -f64::from(c.next_use.distance_or(self.unknown))
+    }
+}
+
+/// Lowest `cost to bring back / (bytes x distance to next use)` first: big tensors used late
+/// are cheap to have away per byte freed; small tensors pay the per-transfer latency.
+#[derive(Debug, Clone, Copy)]
+pub struct CostAware {
+    /// Distance assumed for a tensor the plan cannot place.
+    pub unknown: u32,
+    /// Cost of bringing a tensor back.
+    pub bandwidth: Bandwidth,
+}
+
+impl VictimPolicy for CostAware {
+    fn rank(&self, c: &Candidate) -> f64 {
+        let distance = c.next_use.distance_or(self.unknown);
+        if distance == u32::MAX {
+            return 0.0;
+        }
+        let freed = c.bytes.max(1) as f64 * f64::from(distance.max(1));
+        self.bandwidth.seconds(c.bytes) / freed
+    }
+}
+
+/// Orders `candidates` for eviction under `kind`. With `plan_len` `None` (no plan) every policy
+/// is LRU.
+pub fn order(
+    kind: PolicyKind,
+    plan_len: Option<u32>,
+    bandwidth: Bandwidth,
+    candidates: &mut [Candidate],
+) {
+    let Some(len) = plan_len else {
+        return sort_by(&Lru, candidates);
+    };
+    match kind {
+        PolicyKind::Lru => sort_by(&Lru, candidates),
+        PolicyKind::NextUse => sort_by(&NextUsePolicy { unknown: len }, candidates),
+        PolicyKind::CostAware => sort_by(
+            &CostAware {
+                unknown: len,
+                bandwidth,
+            },
+            candidates,
+        ),
+    }
+}
+
+fn sort_by(policy: &impl VictimPolicy, candidates: &mut [Candidate]) {
+    candidates.sort_by(|a, b| {
+        policy
+            .rank(a)
+            .total_cmp(&policy.rank(b))
+            .then(a.last_use.cmp(&b.last_use))
+            .then(a.id.cmp(&b.id))
+    });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn c(id: u64, bytes: u64, last_use: u64, next_use: NextUse) -> Candidate {
+        Candidate {
+            id,
+            bytes,
+            last_use,
+            next_use,
+        }
+    }
+
+    fn ids(kind: PolicyKind, plan: Option<u32>, mut cs: Vec<Candidate>) -> Vec<u64> {
+        order(kind, plan, Bandwidth::HOST_DEFAULT, &mut cs);
+        cs.iter().map(|c| c.id).collect()
+    }
+
+    #[test]
+    fn without_a_plan_every_policy_is_lru() {
+        let cs = vec![
+            c(1, 10, 5, NextUse::Unknown),
+            c(2, 10, 1, NextUse::Unknown),
+            c(3, 10, 3, NextUse::Unknown),
+        ];
+        for kind in [PolicyKind::Lru, PolicyKind::NextUse, PolicyKind::CostAware] {
+            assert_eq!(ids(kind, None, cs.clone()), vec![2, 3, 1], "{kind}");
+        }
+    }
+
+    #[test]
+    fn next_use_evicts_the_furthest_first_and_never_before_all() {
+        let cs = vec![
+            c(1, 10, 1, NextUse::In(2)),
+            c(2, 10, 2, NextUse::In(9)),
+            c(3, 10, 3, NextUse::Never),
+            c(4, 10, 4, NextUse::Unknown),
+        ];
+        assert_eq!(
+            ids(PolicyKind::NextUse, Some(5), cs.clone()),
+            vec![3, 2, 4, 1]
+        );
+        assert_eq!(ids(PolicyKind::Lru, Some(5), cs), vec![1, 2, 3, 4]);
+    }
+
+    #[test]
+    fn cost_aware_prefers_big_late_tensors_over_small_ones() {
+        // Same distance: the 1 MiB tensor frees more per microsecond of latency than 1 KiB.
+        let cs = vec![
+            c(1, 1 << 10, 1, NextUse::In(10)),
+            c(2, 1 << 20, 2, NextUse::In(10)),
+            c(3, 1 << 20, 3, NextUse::In(2)),
+            c(4, 16, 4, NextUse::Never),
+        ];
+        assert_eq!(ids(PolicyKind::CostAware, Some(20), cs), vec![4, 2, 3, 1]);
+    }
+
+    #[test]
+    fn cost_aware_score_is_cost_over_bytes_times_distance() {
+        let policy = CostAware {
+            unknown: 100,
+            bandwidth: Bandwidth {
+                bytes_per_sec: 1e6,
+                latency: Duration::from_millis(1),
+            },
+        };
+        // cost = 1 ms + 1000 B / 1e6 B/s = 2 ms; over 1000 B x 4 ops.
+        let score = policy.rank(&c(1, 1000, 0, NextUse::In(4)));
+        assert!((score - 0.002 / 4000.0).abs() < 1e-15, "{score}");
+        let unknown = policy.rank(&c(1, 1000, 0, NextUse::Unknown));
+        assert!((unknown - 0.002 / 100_000.0).abs() < 1e-15, "{unknown}");
+    }
+
+    #[test]
+    fn measured_bandwidth_needs_enough_bytes() {
+        let fallback = Bandwidth::HOST_DEFAULT;
+        assert_eq!(
+            Bandwidth::measured(10, Duration::from_nanos(1), fallback),
+            fallback
+        );
+        let m = Bandwidth::measured(4 << 20, Duration::from_millis(2), fallback);
+        assert!((m.bytes_per_sec - (4 << 20) as f64 / 0.002).abs() < 1.0);
+    }
+}
