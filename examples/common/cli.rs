@@ -1,0 +1,223 @@
+//! The flags both examples share, their parsers, and the one error format: a bad value is one
+//! line on stderr naming the flag and what it accepts, and the exit code is 2.
+
+use std::path::{Path, PathBuf};
+use std::str::FromStr;
+
+use burn_spill::{ENV_BUDGET, ENV_DIR, ENV_HOST_LIMIT, ENV_POLICY, ENV_PRESET, PolicyKind, Preset};
+use clap::error::ErrorKind;
+
+use super::backends::BackendKind;
+
+/// Flags about where to train and how to spill.
+#[derive(clap::Args, Clone, Debug)]
+pub struct SpillArgs {
+    /// The inner backend: flex, ndarray, wgpu or cuda (each needs its cargo feature).
+    #[arg(long, default_value = BackendKind::DEFAULT_NAME, value_parser = BackendKind::parse)]
+    pub backend: BackendKind,
+
+    /// The spilled run's device budget: bytes (`512MiB`, `1.5GB`, `0`), a percentage of the
+    /// plain run's measured peak (`30%`), or `unlimited`.
+    #[arg(long, default_value = "30%", value_parser = Amount::parse_budget)]
+    pub budget: Amount,
+
+    /// Watermarks and prefetch window: cnn, rnn, transformer or gan (default: the model's own).
+    #[arg(long, value_parser = parse_preset)]
+    pub preset: Option<Preset>,
+
+    /// Which tensors leave the device first (default: the preset's).
+    #[arg(long, value_parser = parse_policy)]
+    pub policy: Option<PolicyKind>,
+
+    /// The host tier's limit, past which spilled bytes go to disk: bytes, a percentage of the
+    /// plain run's peak, or `unlimited`.
+    #[arg(long, default_value = "unlimited", value_parser = Amount::parse_host_limit)]
+    pub host_limit: Amount,
+
+    /// Where the spill file's private directory is made (default: the system temp dir). It is
+    /// created if missing.
+    #[arg(long, value_parser = parse_spill_dir)]
+    pub spill_dir: Option<PathBuf>,
+
+    /// Also compare every loss and the final parameters of the plain and spilled runs bit for
+    /// bit (the plain run then trains every step, not only enough to time it); exit 1 if they
+    /// differ.
+    #[arg(long)]
+    pub verify: bool,
+
+    /// Write a JSON report here, and next to it (same name, `.svg`) a plot of the resident
+    /// bytes per tier over one spilled step.
+    #[arg(long, value_parser = parse_output_file)]
+    pub report: Option<PathBuf>,
+
+    /// Write one spilled step as a Chrome/Perfetto trace here (open it in ui.perfetto.dev).
+    #[arg(long, value_parser = parse_output_file)]
+    pub trace: Option<PathBuf>,
+}
+
+impl SpillArgs {
+    /// Whether the spilled run must record its steps (tape) for the plot or the trace.
+    pub fn wants_tape(&self) -> bool {
+        self.report.is_some() || self.trace.is_some()
+    }
+}
+
+/// A size given as bytes or relative to the plain run's peak.
+#[derive(Clone, Copy, Debug, PartialEq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Amount {
+    Unlimited,
+    Bytes(u64),
+    PercentOfPlainPeak(f64),
+}
+
+impl Amount {
+    const BUDGET_ACCEPTED: &'static str = "a byte count such as 512MiB, 1.5GB or 0, a percentage of the plain run's peak such as 30%, or `unlimited`";
+
+    pub fn parse_budget(value: &str) -> Result<Self, String> {
+        Self::parse(value).ok_or_else(|| {
+            format!(
+                "`{value}` is not a budget; accepted: {}",
+                Self::BUDGET_ACCEPTED
+            )
+        })
+    }
+
+    pub fn parse_host_limit(value: &str) -> Result<Self, String> {
+        Self::parse(value).ok_or_else(|| {
+            format!(
+                "`{value}` is not a host limit; accepted: {}",
+                Self::BUDGET_ACCEPTED
+            )
+        })
+    }
+
+    fn parse(value: &str) -> Option<Self> {
+        let v = value.trim();
+        if v.eq_ignore_ascii_case("unlimited") {
+            return Some(Self::Unlimited);
+        }
+        if let Some(percent) = v.strip_suffix('%') {
+            let p: f64 = percent.trim().parse().ok()?;
+            return (p.is_finite() && p >= 0.0).then_some(Self::PercentOfPlainPeak(p));
+        }
+        burn_spill::parse_bytes(v).map(Self::Bytes)
+    }
+
+    /// Bytes, given the plain run's peak; `None` is unlimited.
+    pub fn resolve(self, plain_peak: u64) -> Option<u64> {
+        match self {
+            Self::Unlimited => None,
+            Self::Bytes(b) => Some(b),
+            Self::PercentOfPlainPeak(p) => Some((plain_peak as f64 * p / 100.0) as u64),
+        }
+    }
+
+    pub fn needs_plain_peak(self) -> bool {
+        matches!(self, Self::PercentOfPlainPeak(_))
+    }
+}
+
+impl std::fmt::Display for Amount {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Unlimited => f.write_str("unlimited"),
+            Self::Bytes(b) => f.write_str(&super::report::bytes(*b)),
+            Self::PercentOfPlainPeak(p) => write!(f, "{p}% of the plain peak"),
+        }
+    }
+}
+
+fn parse_preset(value: &str) -> Result<Preset, String> {
+    Preset::from_str(value)
+        .map_err(|_| format!("`{value}` is not a preset; accepted: {}", Preset::ACCEPTED))
+}
+
+fn parse_policy(value: &str) -> Result<PolicyKind, String> {
+    PolicyKind::from_str(value).map_err(|_| {
+        format!(
+            "`{value}` is not a policy; accepted: {}",
+            PolicyKind::ACCEPTED
+        )
+    })
+}
+
+/// Creates the directory now, so that a bad one fails before any training rather than when the
+/// first tensor goes to disk, and checks that files can be made in it.
+fn parse_spill_dir(value: &str) -> Result<PathBuf, String> {
+    let dir = PathBuf::from(value);
+    std::fs::create_dir_all(&dir)
+        .and_then(|()| tempfile::tempdir_in(&dir).map(drop))
+        .map_err(|e| {
+            format!("cannot create or write `{value}`: {e}; accepted: a directory this user can create and write")
+        })?;
+    Ok(dir)
+}
+
+/// An output file whose directory exists or can be made (checked now, not after training).
+fn parse_output_file(value: &str) -> Result<PathBuf, String> {
+    let path = PathBuf::from(value);
+    if value.is_empty() || path.file_name().is_none() {
+        return Err(format!(
+            "`{value}` is not a file path; accepted: a path such as out/report.json"
+        ));
+    }
+    let parent = path
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    std::fs::create_dir_all(parent).map_err(|e| {
+        format!(
+            "cannot create the directory `{}`: {e}; accepted: a path in a writable directory",
+            parent.display()
+        )
+    })?;
+    Ok(path)
+}
+
+/// Parses the command line; on a bad flag prints one line and exits with code 2 (help and
+/// version print as usual and exit 0).
+pub fn parse<T: clap::Parser>() -> T {
+    let args = T::try_parse().unwrap_or_else(|e| match e.kind() {
+        ErrorKind::DisplayHelp
+        | ErrorKind::DisplayVersion
+        | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand => e.exit(),
+        _ => {
+            // clap's first line names the flag and carries our message; the rest is usage.
+            let rendered = e.render().to_string();
+            let line = rendered
+                .lines()
+                .find(|l| !l.trim().is_empty())
+                .unwrap_or("error: bad flags");
+            exit_usage(line.trim_start_matches("error: "))
+        }
+    });
+    refuse_env_overrides();
+    args
+}
+
+/// `SpillBackend::configure` applies the `BURN_SPILL_*` variables on top of any config, which
+/// would silently change both the spilled run and the measurement of the plain peak; these
+/// examples take their settings from flags only.
+fn refuse_env_overrides() {
+    let flags = [
+        (ENV_BUDGET, "--budget"),
+        (ENV_HOST_LIMIT, "--host-limit"),
+        (ENV_DIR, "--spill-dir"),
+        (ENV_POLICY, "--policy"),
+        (ENV_PRESET, "--preset"),
+    ];
+    for (var, flag) in flags {
+        if std::env::var_os(var).is_some() {
+            exit_usage(&format!(
+                "{var} is set, but this example takes its settings from flags; unset it and pass {flag}"
+            ));
+        }
+    }
+}
+
+/// Prints `error: {message}` as one line and exits with code 2 (bad usage).
+pub fn exit_usage(message: &str) -> ! {
+    eprintln!("error: {}", message.replace('\n', " "));
+    std::process::exit(2)
+}

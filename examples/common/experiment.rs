@@ -1,0 +1,270 @@
+//! The comparison both examples make: the same seeded training on plain `Autodiff<B>` and on
+//! `Autodiff<SpillBackend<B>>` under a budget, with what each run used and how long it took.
+//!
+//! Three runs, in this order:
+//! 1. plain, on `B` itself: its step times are the baseline (with `--verify` it trains every
+//!    step and its losses and final parameters are the oracle; otherwise a few steps suffice);
+//! 2. a short unlimited run through `SpillBackend`, which only counts bytes, to measure the plain
+//!    peak (`B` cannot report its memory use, and a budget such as `30%` is relative to it);
+//! 3. spilled, under the budget, with step markers for the tape when a plot or trace is wanted.
+
+use std::sync::Arc;
+
+use burn::backend::Autodiff;
+use burn::tensor::TensorData;
+use burn::tensor::backend::{AutodiffBackend, Backend};
+use burn_spill::{
+    PolicyKind, Preset, SpillBackend, SpillConfig, SpillError, SpillStats, StepTape, TapeFormat,
+};
+
+use super::backends::BackendTask;
+use super::cli::{SpillArgs, exit_usage};
+use super::step_log::{RunLog, StepLog};
+
+/// Steps the plain run trains when it is only timed: enough intervals for a median.
+const TIMING_STEPS: usize = 6;
+
+/// Steps of the peak measurement: the second step already holds the optimizer's state next to
+/// the activations, and later steps repeat it.
+const PEAK_STEPS: usize = 2;
+
+/// A seeded training job that can run on any autodiff backend.
+pub trait Workload {
+    /// The preset for this kind of model, unless `--preset` says otherwise.
+    fn preset(&self) -> Preset;
+
+    /// Trains `steps` steps from the fixed seed, reporting each step to `log`, and returns the
+    /// final parameters. Two calls with the same `steps` must compute the same numbers on any
+    /// two backends that compute bit-identically.
+    fn train<A: AutodiffBackend>(
+        &self,
+        device: &A::Device,
+        steps: usize,
+        log: &StepLog,
+    ) -> Vec<TensorData>;
+}
+
+/// Where the plain and spilled runs agreed.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct Verification {
+    pub steps_compared: usize,
+    pub losses_match: bool,
+    /// The first step whose losses differ: (step, plain, spilled).
+    pub first_loss_mismatch: Option<(usize, f32, f32)>,
+    pub parameters_compared: usize,
+    pub parameters_match: bool,
+    /// What differs in the first parameter tensor that does.
+    pub first_parameter_mismatch: Option<String>,
+}
+
+impl Verification {
+    pub fn matched(&self) -> bool {
+        self.losses_match && self.parameters_match
+    }
+}
+
+/// Everything the report and the table need.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct Outcome {
+    pub preset: Preset,
+    pub policy: PolicyKind,
+    pub plain: RunLog,
+    pub spilled: RunLog,
+    /// Peak device bytes of the unlimited run through `SpillBackend`.
+    pub plain_peak_device_bytes: u64,
+    pub budget_bytes: Option<u64>,
+    pub host_limit_bytes: Option<u64>,
+    /// The spilled run's stats (peaks from its configuration on).
+    pub stats: SpillStats,
+    pub verify: Option<Verification>,
+    /// One recorded spilled step, when the tape was on.
+    #[serde(skip)]
+    pub tape: Option<Arc<StepTape>>,
+}
+
+/// The whole comparison for one workload, as a task for [`run_on`](super::backends::run_on).
+pub struct Experiment<'a, W> {
+    pub workload: &'a W,
+    pub args: &'a SpillArgs,
+    pub steps: usize,
+}
+
+impl<W: Workload> BackendTask for Experiment<'_, W> {
+    type Output = Outcome;
+
+    fn run<B: Backend>(self, device: B::Device) -> Outcome {
+        let Self {
+            workload,
+            args,
+            steps,
+        } = self;
+        let plain_steps = if args.verify {
+            steps
+        } else {
+            steps.min(TIMING_STEPS)
+        };
+        let plain_log = StepLog::new("plain", plain_steps);
+        let plain_params = workload.train::<Autodiff<B>>(&device, plain_steps, &plain_log);
+        let plain = plain_log.finish();
+
+        let plain_peak = measure_plain_peak::<B, W>(workload, &device, steps.min(PEAK_STEPS));
+
+        let preset = args.preset.unwrap_or_else(|| workload.preset());
+        let budget = args.budget.resolve(plain_peak);
+        let host_limit = args.host_limit.resolve(plain_peak);
+        let mut config = SpillConfig::preset(preset);
+        if let Some(policy) = args.policy {
+            config = config.policy(policy);
+        }
+        // The preset's policy unless `--policy` overrides it.
+        let policy = config.get_policy();
+        config = match budget {
+            Some(bytes) => config.device_budget_bytes(bytes),
+            None => config.device_budget(burn_spill::DeviceBudget::Unlimited),
+        };
+        config = match host_limit {
+            Some(bytes) => config.host_limit_bytes(bytes),
+            None => config.unlimited_host(),
+        };
+        if let Some(dir) = &args.spill_dir {
+            config = config.spill_dir(dir);
+        }
+        configure::<B>(&device, config);
+
+        let marker = device.clone();
+        let end_marker = device.clone();
+        let resident = device.clone();
+        let mut spilled_log = StepLog::new("spilled", steps)
+            .resident(move || Some(SpillBackend::<B>::stats(&resident).resident.device));
+        if args.wants_tape() {
+            // Marked steps are recorded exactly; without the markers the tape stays off and the
+            // spilled step time carries no recording cost.
+            spilled_log = spilled_log
+                .on_step_begin(move || SpillBackend::<B>::step_begin(&marker))
+                .on_run_end(move || SpillBackend::<B>::step_end(&end_marker));
+        }
+        let spilled_params =
+            workload.train::<Autodiff<SpillBackend<B>>>(&device, steps, &spilled_log);
+        let spilled = spilled_log.finish();
+        let stats = SpillBackend::<B>::stats(&device);
+        let tape = SpillBackend::<B>::last_step(&device);
+        if let Some(path) = &args.trace {
+            match SpillBackend::<B>::export_tape(&device, path, TapeFormat::Perfetto) {
+                Ok(()) => {}
+                Err(SpillError::NoTape) => eprintln!(
+                    "note: --trace: no whole step was recorded (train at least 2 steps); {} not written",
+                    path.display()
+                ),
+                Err(e) => exit_usage(&format!("--trace: {e}")),
+            }
+        }
+        SpillBackend::<B>::record_tape(&device, false);
+        // Back to unlimited: restores nothing (the spilled run's tensors are gone) but removes
+        // the spill directory now rather than at exit.
+        configure::<B>(&device, SpillConfig::default());
+
+        let verify = args
+            .verify
+            .then(|| compare(&plain, &spilled, &plain_params, &spilled_params));
+        Outcome {
+            preset,
+            policy,
+            plain,
+            spilled,
+            plain_peak_device_bytes: plain_peak,
+            budget_bytes: budget,
+            host_limit_bytes: host_limit,
+            stats,
+            verify,
+            tape,
+        }
+    }
+}
+
+/// Peak device bytes of the workload through `SpillBackend` with no budget: every tensor is
+/// counted and none moves, so this is the plain run's peak as burn-spill counts bytes.
+fn measure_plain_peak<B: Backend, W: Workload>(
+    workload: &W,
+    device: &B::Device,
+    steps: usize,
+) -> u64 {
+    configure::<B>(device, SpillConfig::default());
+    SpillBackend::<B>::reset_peaks(device);
+    let log = StepLog::new("peak", steps);
+    drop(workload.train::<Autodiff<SpillBackend<B>>>(device, steps, &log));
+    log.finish();
+    SpillBackend::<B>::stats(device).peak.device
+}
+
+fn configure<B: Backend>(device: &B::Device, config: SpillConfig) {
+    if let Err(e) = SpillBackend::<B>::configure(device, config) {
+        let flag = match e {
+            SpillError::SpillDir { .. } | SpillError::SpillDirInUse { .. } => "--spill-dir",
+            _ => "configuration",
+        };
+        exit_usage(&format!("{flag}: {e}"));
+    }
+}
+
+fn compare(
+    plain: &RunLog,
+    spilled: &RunLog,
+    plain_params: &[TensorData],
+    spilled_params: &[TensorData],
+) -> Verification {
+    let first_loss_mismatch = plain
+        .losses
+        .iter()
+        .zip(&spilled.losses)
+        .enumerate()
+        .find(|(_, (p, s))| p.to_bits() != s.to_bits())
+        .map(|(step, (p, s))| (step, *p, *s));
+    let losses_match = first_loss_mismatch.is_none() && plain.losses.len() == spilled.losses.len();
+    let first_parameter_mismatch = if plain_params.len() != spilled_params.len() {
+        Some(format!(
+            "{} parameter tensors plain, {} spilled",
+            plain_params.len(),
+            spilled_params.len()
+        ))
+    } else {
+        plain_params
+            .iter()
+            .zip(spilled_params)
+            .enumerate()
+            .find_map(|(i, (p, s))| describe_difference(p, s).map(|d| format!("tensor {i}: {d}")))
+    };
+    Verification {
+        steps_compared: plain.losses.len().min(spilled.losses.len()),
+        losses_match,
+        first_loss_mismatch,
+        parameters_compared: plain_params.len(),
+        parameters_match: first_parameter_mismatch.is_none(),
+        first_parameter_mismatch,
+    }
+}
+
+/// `None` when the two tensors are the same bits; otherwise what differs.
+fn describe_difference(plain: &TensorData, spilled: &TensorData) -> Option<String> {
+    if plain.dtype != spilled.dtype || plain.shape != spilled.shape {
+        return Some(format!(
+            "{:?} {:?} plain, {:?} {:?} spilled",
+            plain.dtype, plain.shape, spilled.dtype, spilled.shape
+        ));
+    }
+    if plain.as_bytes() == spilled.as_bytes() {
+        return None;
+    }
+    let width = plain.dtype.size();
+    let differing = plain
+        .as_bytes()
+        .chunks(width)
+        .zip(spilled.as_bytes().chunks(width))
+        .filter(|(p, s)| p != s)
+        .count();
+    Some(format!(
+        "{differing} of {} elements of {:?} {:?} differ",
+        plain.num_elements(),
+        plain.dtype,
+        plain.shape
+    ))
+}

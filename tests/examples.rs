@@ -1,0 +1,285 @@
+//! The `resnet` and `transformer` examples, run as a user runs them, in tiny configurations:
+//! spilled and plain must match bit for bit (`--verify`), the report, plot and trace must be
+//! written, and bad flags must give one line naming the flag and exit code 2.
+//!
+//! `cargo test` builds the examples next to the test binaries (target/<profile>/examples/);
+//! a run of this file alone (`cargo test --test examples`) does not, so build them first with
+//! `cargo build --examples`.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use burn_spill::{PolicyKind, Preset};
+
+/// target/<profile>/deps/examples-<hash> -> target/<profile>/examples/<name>
+fn example(name: &str) -> PathBuf {
+    let exe = std::env::current_exe().expect("the test binary's path");
+    let profile_dir = exe
+        .parent()
+        .and_then(Path::parent)
+        .expect("the test binary lives in target/<profile>/deps");
+    let path = profile_dir
+        .join("examples")
+        .join(format!("{name}{}", std::env::consts::EXE_SUFFIX));
+    assert!(
+        path.exists(),
+        "{} is missing: `cargo test` builds the examples; with `--test examples` alone, run \
+         `cargo build --examples` first",
+        path.display()
+    );
+    path
+}
+
+fn run(name: &str, args: &[&str]) -> Output {
+    let mut command = Command::new(example(name));
+    command.args(args);
+    // The examples refuse these (flags only); a developer's shell must not fail the tests.
+    for var in [
+        burn_spill::ENV_BUDGET,
+        burn_spill::ENV_HOST_LIMIT,
+        burn_spill::ENV_DIR,
+        burn_spill::ENV_POLICY,
+        burn_spill::ENV_PRESET,
+        "BURN_SPILL_TRACE",
+    ] {
+        command.env_remove(var);
+    }
+    command.output().expect("the example starts")
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+/// Runs a tiny configuration with `--verify`, a report and a trace, and checks all three.
+fn verify_tiny(name: &str, model_args: &[&str], steps: usize) {
+    let dir = tempfile::tempdir().unwrap();
+    let report = dir.path().join("out/report.json");
+    let trace = dir.path().join("out/trace.json");
+    let spill_dir = dir.path().join("spill");
+    let steps_arg = steps.to_string();
+    let mut args = model_args.to_vec();
+    args.extend([
+        "--steps",
+        &steps_arg,
+        "--verify",
+        // A small budget and no host tier: most tensors go through the spill file.
+        "--budget",
+        "30%",
+        "--host-limit",
+        "0",
+        "--spill-dir",
+        spill_dir.to_str().unwrap(),
+        "--report",
+        report.to_str().unwrap(),
+        "--trace",
+        trace.to_str().unwrap(),
+    ]);
+    let out = run(name, &args);
+    let stdout = text(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{name} {args:?} failed ({:?})\nstdout:\n{stdout}\nstderr:\n{}",
+        out.status,
+        text(&out.stderr)
+    );
+    assert!(stdout.contains("identical:"), "{stdout}");
+
+    let report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
+    let verify = &report["verify"];
+    assert_eq!(verify["losses_match"], true, "{verify}");
+    assert_eq!(verify["parameters_match"], true, "{verify}");
+    assert_eq!(verify["steps_compared"], steps);
+    assert!(verify["parameters_compared"].as_u64().unwrap() > 0);
+    assert_eq!(report["spilled"]["losses"].as_array().unwrap().len(), steps);
+    // The budget was 30% of the plain peak, and the tiers were used.
+    let plain_peak = report["plain_peak_device_bytes"].as_u64().unwrap();
+    let budget = report["budget_bytes"].as_u64().unwrap();
+    assert_eq!(budget, (plain_peak as f64 * 0.3) as u64);
+    assert!(
+        report["stats"]["peak"]["disk"].as_u64().unwrap() > 0,
+        "the disk tier was used"
+    );
+
+    let plot = std::fs::read_to_string(report_path_with(&report, "plot")).unwrap();
+    assert!(
+        plot.starts_with("<svg") && plot.contains("<polyline"),
+        "{plot}"
+    );
+    let trace: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&trace).unwrap()).unwrap();
+    assert!(
+        !trace["traceEvents"].as_array().unwrap().is_empty(),
+        "the trace has events"
+    );
+    // The spill directory is removed when the spilled run ends.
+    assert_eq!(std::fs::read_dir(&spill_dir).unwrap().count(), 0);
+}
+
+fn report_path_with(report: &serde_json::Value, key: &str) -> PathBuf {
+    PathBuf::from(
+        report[key]
+            .as_str()
+            .unwrap_or_else(|| panic!("{key} in the report")),
+    )
+}
+
+#[test]
+fn resnet_tiny_run_verifies() {
+    verify_tiny(
+        "resnet",
+        &[
+            "--batch",
+            "4",
+            "--image-size",
+            "8",
+            "--width",
+            "4",
+            "--classes",
+            "3",
+        ],
+        3,
+    );
+}
+
+#[test]
+fn resnet_bottleneck_tiny_run_verifies() {
+    verify_tiny(
+        "resnet",
+        &[
+            "--depth",
+            "50",
+            "--batch",
+            "2",
+            "--image-size",
+            "8",
+            "--width",
+            "2",
+            "--classes",
+            "3",
+        ],
+        2,
+    );
+}
+
+#[test]
+fn transformer_tiny_run_verifies() {
+    verify_tiny(
+        "transformer",
+        &[
+            "--batch",
+            "2",
+            "--layers",
+            "2",
+            "--d-model",
+            "16",
+            "--heads",
+            "2",
+            "--seq-len",
+            "8",
+            "--vocab",
+            "12",
+        ],
+        3,
+    );
+}
+
+/// Runs a bad command line and checks the one-line error and exit code 2.
+fn bad(name: &str, args: &[&str], expected: &[&str]) {
+    let out = run(name, args);
+    let stderr = text(&out.stderr);
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "{name} {args:?}: {stderr}{}",
+        text(&out.stdout)
+    );
+    let lines: Vec<&str> = stderr.lines().filter(|l| !l.trim().is_empty()).collect();
+    assert_eq!(lines.len(), 1, "{name} {args:?}: one line, got {stderr:?}");
+    for needle in expected {
+        assert!(
+            lines[0].contains(needle),
+            "{name} {args:?}: {needle:?} missing in {:?}",
+            lines[0]
+        );
+    }
+}
+
+#[test]
+fn bad_values_name_the_flag_and_the_accepted_values() {
+    bad(
+        "resnet",
+        &["--backend", "tpu"],
+        &["--backend", "tpu", "flex, ndarray, wgpu, cuda"],
+    );
+    bad(
+        "transformer",
+        &["--preset", "huge"],
+        &["--preset", "huge", Preset::ACCEPTED],
+    );
+    bad(
+        "resnet",
+        &["--policy", "random"],
+        &["--policy", "random", PolicyKind::ACCEPTED],
+    );
+    bad(
+        "transformer",
+        &["--budget", "lots"],
+        &["--budget", "lots", "512MiB", "30%"],
+    );
+    bad(
+        "resnet",
+        &["--host-limit", "12parsecs"],
+        &["--host-limit", "12parsecs", "accepted"],
+    );
+    bad(
+        "resnet",
+        &["--depth", "20"],
+        &["--depth", "18, 34, 50, 101, 152"],
+    );
+    bad("transformer", &["--heads", "3"], &["--heads", "--d-model"]);
+    bad("resnet", &["--frobnicate"], &["--frobnicate"]);
+}
+
+#[test]
+fn a_spill_dir_that_cannot_be_created_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("a-file");
+    std::fs::write(&file, b"not a directory").unwrap();
+    let below_file = file.join("spill");
+    bad(
+        "resnet",
+        &["--spill-dir", below_file.to_str().unwrap()],
+        &["--spill-dir", "cannot create", "accepted"],
+    );
+}
+
+#[test]
+fn a_backend_not_compiled_in_names_the_feature() {
+    let missing = [
+        ("flex", cfg!(feature = "flex")),
+        ("ndarray", cfg!(feature = "ndarray")),
+        ("wgpu", cfg!(feature = "wgpu")),
+        ("cuda", cfg!(feature = "cuda")),
+    ]
+    .into_iter()
+    .find(|(_, compiled)| !compiled);
+    if let Some((name, _)) = missing {
+        let feature = format!("--features {name}");
+        bad(
+            "transformer",
+            &["--backend", name],
+            &["--backend", "not compiled", &feature],
+        );
+    }
+}
+
+#[test]
+fn help_exits_zero() {
+    for name in ["resnet", "transformer"] {
+        let out = run(name, &["--help"]);
+        assert!(out.status.success());
+        assert!(text(&out.stdout).contains("--budget"));
+    }
+}
