@@ -671,7 +671,7 @@ impl DeviceEngine {
         };
         if !limits.asynchronous {
             if shortfall > 0 {
-                self.make_room(limits.low_water.saturating_sub(shortfall));
+                self.make_room(self.settle_target(&limits).saturating_sub(shortfall));
             }
             return self.settle();
         }
@@ -679,7 +679,7 @@ impl DeviceEngine {
         if (committed > limits.high_water || shortfall > 0)
             && !self.settle_queued.swap(true, Ordering::AcqRel)
         {
-            let target = limits.low_water.saturating_sub(shortfall);
+            let target = self.settle_target(&limits).saturating_sub(shortfall);
             self.transfers
                 .submit(self, Lane::Transfer, Job::Settle { target });
         }
@@ -813,6 +813,18 @@ impl DeviceEngine {
             .store(took.max(decayed), Ordering::Relaxed);
     }
 
+    /// Where eviction after an op brings the device: the low watermark, leaving headroom so that
+    /// the next ops rarely wait for an eviction. With a plan the victims are chosen by their
+    /// next use and prefetching brings back what is needed soon, so headroom beyond the
+    /// spill threshold would only move bytes that the step still needs: the threshold itself.
+    fn settle_target(&self, limits: &Limits) -> u64 {
+        if limits.planning() && limits.policy != PolicyKind::Lru && self.plan().is_some() {
+            limits.high_water
+        } else {
+            limits.low_water
+        }
+    }
+
     /// Brings the device under the high watermark (down to the low one) and the host tier under
     /// its limit, on the calling thread.
     pub fn settle(&self) {
@@ -821,7 +833,7 @@ impl DeviceEngine {
             return;
         }
         if self.device_committed() > limits.high_water {
-            self.make_room(limits.low_water);
+            self.make_room(self.settle_target(&limits));
         } else {
             self.spill_host_overflow(&limits);
         }
