@@ -885,7 +885,13 @@ impl DeviceEngine {
             let mut moved = Vec::new();
             let mut batch: Vec<&Candidate> = Vec::new();
             let mut batch_bytes = 0u64;
+            let mut yielded = false;
             for (i, c) in candidates.iter().enumerate() {
+                if slice != u64::MAX && self.transfers.urgent_waiting() {
+                    // A prefetch came in: an op is about to need it more than this eviction.
+                    yielded = true;
+                    break;
+                }
                 tried.insert(c.id);
                 if c.bytes <= BATCH_TENSOR_MAX {
                     // Small tensors go together: one read, one host buffer.
@@ -925,6 +931,9 @@ impl DeviceEngine {
             drop(index);
             // Dropping the upgraded handles may run a handle's drop, which takes the index lock.
             drop(candidates);
+            if yielded {
+                return Eviction::Sliced;
+            }
         }
     }
 

@@ -125,6 +125,11 @@ impl Transfers {
         }
     }
 
+    /// Whether a prefetch waits for the transfer worker.
+    pub fn urgent_waiting(&self) -> bool {
+        !self.transfer.lock().urgent.is_empty()
+    }
+
     fn worker(&self, lane: Lane) -> &Worker {
         match lane {
             Lane::Transfer => &self.transfer,
