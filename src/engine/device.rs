@@ -124,6 +124,8 @@ pub struct DeviceEngine {
     plan_epoch: Mutex<Option<(u64, u64)>>,
     /// Extra ops of lead per plan key, grown each time that tensor arrived late.
     leads: Mutex<FastMap<PlanKey, u32>>,
+    /// Plan keys whose prefetch was wasted, with the step until which they are not prefetched.
+    benched: Mutex<FastMap<PlanKey, u64>>,
     transfers: Transfers,
     /// Bytes on their way to the device (counted there by budget decisions).
     inflight_in: AtomicU64,
@@ -197,6 +199,9 @@ const BATCH_TENSOR_MAX: u64 = 256 << 10;
 
 /// The most bytes one batch carries.
 const BATCH_BYTES: u64 = 4 << 20;
+
+/// Steps a tensor whose prefetch was wasted (evicted again before its use) is not prefetched.
+const BENCHED_STEPS: u64 = 4;
 
 /// Bytes one background eviction job moves before it lets queued prefetches run.
 const SETTLE_SLICE_BYTES: u64 = 4 << 20;
@@ -601,6 +606,7 @@ impl DeviceEngine {
         };
         if plan.is_none() {
             lock(&self.leads).clear();
+            lock(&self.benched).clear();
         }
         *self.plan.write().unwrap_or_else(|e| e.into_inner()) = plan;
         // Spilled tensors are placed by the plan in force.
@@ -718,10 +724,15 @@ impl DeviceEngine {
                 return 0;
             }
             let leads = lock(&self.leads);
+            let benched = lock(&self.benched);
             let mut due = Vec::new();
             for s in soon {
+                if benched.get(&s.key.key).is_some_and(|&until| until > step) {
+                    continue;
+                }
+                let lead = leads.get(&s.key.key).copied().unwrap_or(0);
                 match plan.next_use(s.key, step, now) {
-                    NextUse::In(d) if d <= reach + leads.get(&s.key.key).copied().unwrap_or(0) => {
+                    NextUse::In(d) if d <= reach.saturating_add(lead) => {
                         due.push((d, s));
                     }
                     // Placed under an older position or plan: place it again.
@@ -923,12 +934,24 @@ impl DeviceEngine {
             }
             let placement = self.placement();
             let mut index = lock(&self.index);
+            let mut wasted = Vec::new();
             for id in moved {
+                wasted.extend(index.take_unread_prefetch(id));
                 index.set_tier(id, Tier::Host);
                 let due = placement.as_ref().and_then(|p| p.due(index.key_of(id)));
                 index.set_due(id, due);
             }
             drop(index);
+            if !wasted.is_empty() {
+                // Brought back and evicted again unread: the device is too full between the
+                // prefetch and the use. Those tensors wait for their op for a few steps (a
+                // wasted prefetch moves bytes twice for nothing), then are tried again.
+                let step = self.recorder.position().0;
+                let mut benched = lock(&self.benched);
+                for key in wasted {
+                    benched.insert(key, step + BENCHED_STEPS);
+                }
+            }
             // Dropping the upgraded handles may run a handle's drop, which takes the index lock.
             drop(candidates);
             if yielded {

@@ -214,6 +214,13 @@ impl Index {
         }
     }
 
+    /// If `id` came back by prefetch and is leaving again unread, clears that and returns the
+    /// key it was prefetched under: the prefetch was wasted.
+    pub fn take_unread_prefetch(&mut self, id: TensorId) -> Option<PlanKey> {
+        let entry = self.entries.get_mut(&id)?;
+        std::mem::take(&mut entry.prefetched).then_some(entry.key?.key)
+    }
+
     /// Gives a tensor its key in the use plan.
     pub fn set_key(&mut self, id: TensorId, key: KeyAt) {
         if let Some(entry) = self.entries.get_mut(&id) {
