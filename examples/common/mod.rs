@@ -10,6 +10,7 @@ pub mod gpt_model;
 pub mod learner;
 pub mod report;
 pub mod resnet_model;
+pub mod small_models;
 pub mod step_log;
 pub mod svg;
 pub mod synthetic;

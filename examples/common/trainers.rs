@@ -2,11 +2,10 @@
 //! transformer example's loop and the `budgets` benchmark drive these one step at a time. (The
 //! resnet example trains through burn-train's `Learner` instead; see `learner.rs`.)
 
-use burn::module::{Module, ModuleVisitor, Param};
 use burn::optim::adaptor::OptimizerAdaptor;
 use burn::optim::{Adam, AdamConfig, GradientsParams, Optimizer};
-use burn::tensor::backend::{AutodiffBackend, Backend};
-use burn::tensor::{ElementConversion, Tensor, TensorData};
+use burn::tensor::backend::AutodiffBackend;
+use burn::tensor::{ElementConversion, TensorData};
 
 use super::gpt_model::{Gpt, GptConfig};
 use super::resnet_model::{ResNet, ResNetConfig};
@@ -107,16 +106,6 @@ impl<A: AutodiffBackend> ResNetTrainer<A> {
     }
 }
 
-/// The data of every float tensor of a module (parameters and batch-norm running statistics),
-/// in visiting order: what `--verify` compares bit for bit.
-pub fn parameter_data<B: Backend, M: Module<B>>(module: &M) -> Vec<TensorData> {
-    struct Collect(Vec<TensorData>);
-    impl<B: Backend> ModuleVisitor<B> for Collect {
-        fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
-            self.0.push(param.val().into_data());
-        }
-    }
-    let mut collect = Collect(Vec::new());
-    module.visit(&mut collect);
-    collect.0
-}
+/// The data of every float parameter of a module, in visiting order: what `--verify` compares
+/// bit for bit.
+pub use super::small_models::parameter_data;
