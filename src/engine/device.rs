@@ -203,6 +203,13 @@ const BATCH_BYTES: u64 = 4 << 20;
 /// Steps a tensor whose prefetch was wasted (evicted again before its use) is not prefetched.
 const BENCHED_STEPS: u64 = 4;
 
+/// What handing a move to a worker costs (a wake-up and two context switches): moves measured
+/// to take less run on the op's thread, between ops.
+const HANDOFF_COST: Duration = Duration::from_micros(20);
+
+/// Moves of a direction measured before their mean time is trusted.
+const MEASURED_MOVES: u64 = 16;
+
 /// Bytes one background eviction job moves before it lets queued prefetches run.
 const SETTLE_SLICE_BYTES: u64 = 4 << 20;
 
@@ -682,14 +689,32 @@ impl DeviceEngine {
             return self.settle();
         }
         let committed = self.device_committed();
-        if (committed > limits.high_water || shortfall > 0)
-            && !self.settle_queued.swap(true, Ordering::AcqRel)
-        {
+        if committed > limits.high_water || shortfall > 0 {
             let target = self.settle_target(&limits).saturating_sub(shortfall);
-            self.transfers
-                .submit(self, Lane::Transfer, Job::Settle { target });
+            if self.cheaper_here(Direction::DeviceToHost, committed.saturating_sub(target)) {
+                self.make_room(target);
+            } else if !self.settle_queued.swap(true, Ordering::AcqRel) {
+                self.transfers
+                    .submit(self, Lane::Transfer, Job::Settle { target });
+            }
         }
         self.queue_overflow(&limits);
+    }
+
+    /// Whether moving `bytes` in `direction` is likely cheaper than handing the move to a
+    /// worker: waking a sleeping thread and switching to it costs a few microseconds on each
+    /// side, more than a small copy on a CPU backend (where a restore is a buffer handover). The
+    /// estimate is the measured mean time of such a move, scaled up for larger ones; until
+    /// enough moves were measured the worker takes them.
+    fn cheaper_here(&self, direction: Direction, bytes: u64) -> bool {
+        let moves = self.ledger.moves(direction);
+        if moves.count < MEASURED_MOVES {
+            return false;
+        }
+        let mean_bytes = (moves.bytes / moves.count).max(1);
+        let scale = (bytes as f64 / mean_bytes as f64).max(1.0);
+        let estimate = (moves.time / moves.count as u32).mul_f64(scale);
+        estimate < HANDOFF_COST
     }
 
     /// Has the I/O worker move the host tier's overflow to disk, unless it is queued already.
@@ -767,10 +792,15 @@ impl DeviceEngine {
                 bytes: spilled.bytes,
                 queued_at: (step, now),
             };
-            if limits.asynchronous {
+            let direction = match spilled.tier {
+                Tier::Disk => Direction::DiskToDevice,
+                _ => Direction::HostToDevice,
+            };
+            if limits.asynchronous && !self.cheaper_here(direction, spilled.bytes) {
                 self.transfers.submit(self, lane, job);
             } else {
-                // Synchronous engine: the move runs here, between ops.
+                // Synchronous engine, or a move cheaper than a hand-off: it runs here, between
+                // ops.
                 self.run_job(job);
             }
         }
@@ -997,51 +1027,36 @@ impl DeviceEngine {
         let (step, now) = self.recorder.position();
         let bandwidth = self.restore_bandwidth(tier);
         let residents = lock(&self.index).unpinned(tier, tried);
-        let mut candidates: Vec<victim::Candidate> = residents
-            .iter()
-            .map(|r| victim::Candidate {
+        let window = limits.prefetch_window.min(plan.len());
+        let leads = lock(&self.leads);
+        // Needed within the window (plus the lead it earned), or brought back for a use that has
+        // not come yet: such tensors leave only when nothing else is left.
+        let (mut later, mut soon) = (Vec::new(), Vec::new());
+        for r in &residents {
+            let next_use = r
+                .key
+                .map_or(NextUse::Unknown, |k| plan.next_use(k, step, now));
+            let lead = r.key.and_then(|k| leads.get(&k.key)).copied().unwrap_or(0);
+            let candidate = victim::Candidate {
                 id: r.id,
                 bytes: r.bytes,
                 last_use: r.last_use,
-                next_use: r
-                    .key
-                    .map_or(NextUse::Unknown, |k| plan.next_use(k, step, now)),
-            })
-            .collect();
-        victim::order(limits.policy, Some(plan.len()), bandwidth, &mut candidates);
-        let window = limits.prefetch_window.min(plan.len());
-        let prefetched: HashSet<TensorId> = residents
-            .iter()
-            .filter(|r| r.prefetched)
-            .map(|r| r.id)
-            .collect();
-        let leads = lock(&self.leads);
-        let keys: FastMap<TensorId, PlanKey> = residents
-            .iter()
-            .filter_map(|r| r.key.map(|k| (r.id, k.key)))
-            .collect();
-        // Needed within the window (plus the lead it earned), or brought back for a use that has
-        // not come yet.
-        let soon = |c: &victim::Candidate| {
-            let lead = keys
-                .get(&c.id)
-                .and_then(|k| leads.get(k))
-                .copied()
-                .unwrap_or(0);
-            prefetched.contains(&c.id) || matches!(c.next_use, NextUse::In(d) if d <= window + lead)
-        };
-        let mut picked = Vec::new();
-        let mut bytes = 0u64;
-        for c in candidates
-            .iter()
-            .filter(|c| !soon(c))
-            .chain(candidates.iter().filter(|c| soon(c)))
-        {
-            if bytes >= want && !picked.is_empty() {
-                break;
+                next_use,
+            };
+            let needed_soon =
+                r.prefetched || matches!(next_use, NextUse::In(d) if d <= window + lead);
+            if needed_soon {
+                soon.push(candidate);
+            } else {
+                later.push(candidate);
             }
-            bytes += c.bytes;
-            picked.push(c.id);
+        }
+        let first = |candidates: &[victim::Candidate], want: u64| {
+            victim::first_in_order(limits.policy, Some(plan.len()), bandwidth, candidates, want)
+        };
+        let (mut picked, taken) = first(&later, want);
+        if taken < want || picked.is_empty() {
+            picked.extend(first(&soon, want - taken.min(want)).0);
         }
         drop(leads);
         lock(&self.index).upgrade(picked)

@@ -136,6 +136,60 @@ pub fn order(
     }
 }
 
+/// The first candidates in `kind`'s order (as [`order`] sorts them) whose bytes reach `want`,
+/// at least one if any, and their bytes. Ranks are computed once, and only the front of the
+/// order is sorted: the engine asks for a few victims among hundreds of resident tensors on
+/// every op.
+pub fn first_in_order(
+    kind: PolicyKind,
+    plan_len: Option<u32>,
+    bandwidth: Bandwidth,
+    candidates: &[Candidate],
+    want: u64,
+) -> (Vec<TensorId>, u64) {
+    let rank: Box<dyn Fn(&Candidate) -> f64> = match (plan_len, kind) {
+        (None, _) | (Some(_), PolicyKind::Lru) => Box::new(|c| Lru.rank(c)),
+        (Some(len), PolicyKind::NextUse) => {
+            Box::new(move |c| NextUsePolicy { unknown: len }.rank(c))
+        }
+        (Some(len), PolicyKind::CostAware) => Box::new(move |c| {
+            CostAware {
+                unknown: len,
+                bandwidth,
+            }
+            .rank(c)
+        }),
+    };
+    let mut keyed: Vec<(f64, u64, TensorId, u64)> = candidates
+        .iter()
+        .map(|c| (rank(c), c.last_use, c.id, c.bytes))
+        .collect();
+    let cmp = |a: &(f64, u64, TensorId, u64), b: &(f64, u64, TensorId, u64)| {
+        a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)).then(a.2.cmp(&b.2))
+    };
+    let n = keyed.len();
+    let mut front = n.min(8);
+    loop {
+        if front < n {
+            keyed.select_nth_unstable_by(front, cmp);
+        }
+        keyed[..front].sort_unstable_by(cmp);
+        let mut bytes = 0u64;
+        let mut picked = Vec::new();
+        for k in &keyed[..front] {
+            if bytes >= want && !picked.is_empty() {
+                return (picked, bytes);
+            }
+            bytes += k.3;
+            picked.push(k.2);
+        }
+        if front == n || bytes >= want {
+            return (picked, bytes);
+        }
+        front = n.min(front * 4);
+    }
+}
+
 fn sort_by(policy: &impl VictimPolicy, candidates: &mut [Candidate]) {
     candidates.sort_by(|a, b| {
         policy
@@ -217,6 +271,44 @@ mod tests {
         assert!((score - 0.002 / 4000.0).abs() < 1e-15, "{score}");
         let unknown = policy.rank(&c(1, 1000, 0, NextUse::Unknown));
         assert!((unknown - 0.002 / 100_000.0).abs() < 1e-15, "{unknown}");
+    }
+
+    #[test]
+    fn the_front_of_the_order_matches_the_full_sort() {
+        // Pseudo-random candidates: ranks tie often, sizes vary.
+        let cs: Vec<Candidate> = (0..200u64)
+            .map(|i| {
+                let next_use = match i % 5 {
+                    0 => NextUse::Never,
+                    1 => NextUse::Unknown,
+                    _ => NextUse::In(((i * 37) % 50) as u32),
+                };
+                c(i, 1 + (i * 7919) % 5000, (i * 104729) % 97, next_use)
+            })
+            .collect();
+        for kind in [PolicyKind::Lru, PolicyKind::NextUse, PolicyKind::CostAware] {
+            for plan in [None, Some(60)] {
+                let mut sorted = cs.clone();
+                order(kind, plan, Bandwidth::HOST_DEFAULT, &mut sorted);
+                for want in [0, 1, 4000, 50_000, 400_000, u64::MAX] {
+                    let mut expected = Vec::new();
+                    let mut bytes = 0;
+                    for c in &sorted {
+                        if bytes >= want && !expected.is_empty() {
+                            break;
+                        }
+                        bytes += c.bytes;
+                        expected.push(c.id);
+                    }
+                    let (got, got_bytes) =
+                        first_in_order(kind, plan, Bandwidth::HOST_DEFAULT, &cs, want);
+                    assert_eq!(got, expected, "{kind} {plan:?} want {want}");
+                    assert_eq!(got_bytes, bytes);
+                }
+            }
+        }
+        let none = first_in_order(PolicyKind::Lru, None, Bandwidth::HOST_DEFAULT, &[], 5);
+        assert_eq!(none, (Vec::new(), 0));
     }
 
     #[test]
