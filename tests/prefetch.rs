@@ -84,7 +84,7 @@ fn train_marked(config: SpillConfig) -> (TrainRun, SpillStats, SpillStats) {
 
 /// Every policy, at 75% and 50% of the peak, with the moves between ops on the op's thread
 /// (where the hit rate measures the plan alone and must reach 95%) and on the transfer workers
-/// (where it also depends on how the OS schedules them; a lower floor catches regressions).
+/// (where it also depends on how the OS schedules them, so the floor is 90%).
 #[test]
 fn every_policy_prefetches_ahead_and_trains_identically() {
     let _device = ExclusiveDevice::take();
@@ -134,11 +134,11 @@ fn every_policy_prefetches_ahead_and_trains_identically() {
                 );
                 assert!(last.planned_peak_device_bytes > 0, "{what}: no plan");
                 assert!(last.windows > 0, "{what}: no windows");
-                // Between ops on the op's thread the rate measures the plan alone. On the workers
-                // it also depends on the OS scheduling them in time: 90-100% on an idle two-core
-                // machine, 62-91% with two CPU hogs beside it. The floor there only catches a
-                // broken plan (which gives next to no hits).
-                let floor = if asynchronous { 0.5 } else { 0.95 };
+                // Between ops on the op's thread the rate measures the plan alone. Asynchronously
+                // it also depends on the OS scheduling the workers in time, for the moves that
+                // are not cheap enough to run between ops (on Flex, few are): 93-100% measured,
+                // also with two CPU hogs beside it.
+                let floor = if asynchronous { 0.9 } else { 0.95 };
                 if rate < floor {
                     low.push(format!(
                         "{what}: prefetch hit rate {rate:.3} once steps repeat (floor {floor})"
