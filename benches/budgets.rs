@@ -31,7 +31,7 @@ use common::gpt_model::GptConfig;
 use common::report::bytes;
 use common::resnet_model::ResNetConfig;
 use common::synthetic::{ImageTask, SequenceTask};
-use common::trainers::{GptTrainer, ResNetTrainer};
+use common::trainers::{GptTrainer, ResNetTrainer, Trained, Trainer};
 use criterion::Criterion;
 
 const BUDGETS_PERCENT: [u64; 4] = [100, 75, 50, 30];
@@ -41,15 +41,9 @@ trait Stepper {
     fn step(&mut self) -> f32;
 }
 
-impl<A: AutodiffBackend> Stepper for ResNetTrainer<A> {
+impl<A: AutodiffBackend, M: Trained<A>> Stepper for Trainer<A, M> {
     fn step(&mut self) -> f32 {
-        ResNetTrainer::step(self)
-    }
-}
-
-impl<A: AutodiffBackend> Stepper for GptTrainer<A> {
-    fn step(&mut self) -> f32 {
-        GptTrainer::step(self)
+        Trainer::step(self)
     }
 }
 
