@@ -98,7 +98,9 @@ impl FromStr for Preset {
 /// The two watermarks work below the budget: after an op, when resident bytes exceed
 /// `spill_threshold` x budget, the coldest tensors are spilled until at most `cache_ratio` x
 /// budget remain, leaving room so that the next ops rarely wait on an eviction. Before each op
-/// the hard limit is the budget itself.
+/// the hard limit is the budget itself. Once the tape has a plan, the tape-driven policies
+/// (`next_use`, `cost_aware`) replace both with the room the next ops will allocate, as the
+/// recorded step tells.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
 pub struct SpillConfig {

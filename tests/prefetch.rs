@@ -84,7 +84,7 @@ fn train_marked(config: SpillConfig) -> (TrainRun, SpillStats, SpillStats) {
 
 /// Every policy, at 75% and 50% of the peak, with the moves between ops on the op's thread
 /// (where the hit rate measures the plan alone: 95% in each configuration) and on the transfer
-/// workers (85% over all configurations together, to hold on a loaded machine too).
+/// workers (90% over all configurations together, to hold on a loaded machine too).
 #[test]
 fn every_policy_prefetches_ahead_and_trains_identically() {
     let _device = ExclusiveDevice::take();
@@ -155,10 +155,10 @@ fn every_policy_prefetches_ahead_and_trains_identically() {
     assert!(low.is_empty(), "{low:#?}");
     let (hits, misses) = async_reads;
     let rate = hits as f64 / (hits + misses).max(1) as f64;
-    // Measured 99.7% over all six on an idle machine, 90-92% with two CPU hogs beside the
-    // test: the floor leaves room for a loaded machine.
+    // Measured 100% over all six on an idle machine, 94-100% with two CPU hogs beside the
+    // test (a late worker turns hits into misses): the floor leaves room for a loaded machine.
     assert!(
-        rate >= 0.85,
+        rate >= 0.90,
         "asynchronous prefetch hit rate {rate:.3} over every policy and budget ({hits} hits, {misses} misses)"
     );
 }

@@ -124,8 +124,9 @@ pub struct DeviceEngine {
     plan_epoch: Mutex<Option<(u64, u64)>>,
     /// Extra ops of lead per plan key, grown each time that tensor arrived late.
     leads: Mutex<FastMap<PlanKey, u32>>,
-    /// Plan keys whose prefetch was wasted, with the step until which they are not prefetched.
-    benched: Mutex<FastMap<PlanKey, u64>>,
+    /// Plan keys whose prefetch was wasted: the step until which they are not prefetched, and
+    /// how many times it was wasted.
+    benched: Mutex<FastMap<PlanKey, Bench>>,
     transfers: Transfers,
     /// Bytes on their way to the device (counted there by budget decisions).
     inflight_in: AtomicU64,
@@ -182,6 +183,23 @@ impl Placement {
     }
 }
 
+/// Above `trigger` device bytes, eviction after an op brings the device down to `target`.
+#[derive(Debug, Clone, Copy)]
+struct SettlePoint {
+    trigger: u64,
+    target: u64,
+}
+
+/// Room a prefetch waits for: the device level at which it fits, to be reached by evicting
+/// only tensors next used after `beyond` (an absolute position; see [`super::index::absolute`]),
+/// when given. Evicting a tensor needed before the prefetched one would only trade one move
+/// for another (Belady's rule: the furthest next use leaves first).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Room {
+    level: u64,
+    beyond: Option<u64>,
+}
+
 /// How an eviction pass ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Eviction {
@@ -200,8 +218,17 @@ const BATCH_TENSOR_MAX: u64 = 256 << 10;
 /// The most bytes one batch carries.
 const BATCH_BYTES: u64 = 4 << 20;
 
-/// Steps a tensor whose prefetch was wasted (evicted again before its use) is not prefetched.
+/// Steps a tensor whose prefetch was wasted (evicted again before its use) is not prefetched;
+/// each further waste doubles it, up to 64 times as long.
 const BENCHED_STEPS: u64 = 4;
+const MAX_BENCH_DOUBLINGS: u32 = 6;
+
+/// A tensor kept from prefetch after wasted ones.
+#[derive(Debug, Clone, Copy, Default)]
+struct Bench {
+    until: u64,
+    strikes: u32,
+}
 
 /// What handing a move to a worker costs (a wake-up and two context switches): moves measured
 /// to take less run on the op's thread, between ops.
@@ -639,14 +666,18 @@ impl DeviceEngine {
         })
     }
 
-    /// Replays the recorded step under the spill threshold with the policy in force and checks
-    /// each window of `prefetch_window` ops against the measured host link: a window whose
-    /// planned moves exceed bandwidth x compute time is saturated (logged, and counted in the
-    /// step stats).
+    /// Replays the recorded step with the policy in force, under the capacity the engine keeps
+    /// with a plan (the budget for the tape-driven policies, which keep only the headroom the
+    /// next window needs; the spill threshold under LRU), and checks each window of
+    /// `prefetch_window` ops against the measured host link: a window whose planned moves exceed
+    /// bandwidth x compute time is saturated (logged, and counted in the step stats).
     fn check_windows(&self, tape: &crate::tape::StepTape) {
         let limits = self.limits();
-        let (replay, moved) =
-            crate::policy::simulate::replay_per_op(tape, limits.high_water, limits.policy);
+        let capacity = match limits.budget {
+            Some(budget) if limits.policy != PolicyKind::Lru => budget,
+            _ => limits.high_water,
+        };
+        let (replay, moved) = crate::policy::simulate::replay_per_op(tape, capacity, limits.policy);
         let windows = crate::policy::windows::cut(
             tape,
             &moved,
@@ -677,25 +708,37 @@ impl DeviceEngine {
         if limits.budget.is_none() {
             return;
         }
-        let shortfall = if limits.planning() && limits.prefetch_window > 0 {
-            self.prefetch_ahead(&limits)
+        let point = self.settle_point(&limits);
+        let room = if limits.planning() && limits.prefetch_window > 0 {
+            self.prefetch_ahead(&limits, point)
         } else {
-            0
+            None
         };
         if !limits.asynchronous {
-            if shortfall > 0 {
-                self.make_room(self.settle_target(&limits).saturating_sub(shortfall));
+            self.settle_at(&limits, point);
+            if let Some(room) = room {
+                self.make_room_for(room);
             }
-            return self.settle();
+            return;
         }
         let committed = self.device_committed();
-        if committed > limits.high_water || shortfall > 0 {
-            let target = self.settle_target(&limits).saturating_sub(shortfall);
-            if self.cheaper_here(Direction::DeviceToHost, committed.saturating_sub(target)) {
-                self.make_room(target);
+        if committed > point.trigger || room.is_some() {
+            let lowest = room.map_or(point.target, |r| r.level.min(point.target));
+            if self.cheaper_here(Direction::DeviceToHost, committed.saturating_sub(lowest)) {
+                if committed > point.trigger {
+                    self.make_room(point.target);
+                }
+                if let Some(room) = room {
+                    self.make_room_for(room);
+                }
             } else if !self.settle_queued.swap(true, Ordering::AcqRel) {
+                let target = if committed > point.trigger {
+                    point.target
+                } else {
+                    u64::MAX
+                };
                 self.transfers
-                    .submit(self, Lane::Transfer, Job::Settle { target });
+                    .submit(self, Lane::Transfer, Job::Settle { target, room });
             }
         }
         self.queue_overflow(&limits);
@@ -728,12 +771,12 @@ impl DeviceEngine {
     }
 
     /// Queues prefetches for spilled tensors whose next use falls within the window (plus the
-    /// lead each has earned by arriving late), soonest first, while they fit under the budget.
-    /// Returns the bytes of those that did not fit, for the settler to make room for.
-    fn prefetch_ahead(self: &Arc<Self>, limits: &Limits) -> u64 {
-        let Some(plan) = self.plan() else {
-            return 0;
-        };
+    /// lead each has earned by arriving late), soonest first, while they fit. With a tape-driven
+    /// policy a tensor fits when the room the ops up to its use will need is left free beside
+    /// it (so that it is not evicted again before its use); under LRU, under the spill
+    /// threshold. Returns the room to make so that the ones left out fit, if any were.
+    fn prefetch_ahead(self: &Arc<Self>, limits: &Limits, point: SettlePoint) -> Option<Room> {
+        let plan = self.plan()?;
         let (step, now) = self.recorder.position();
         let window = limits.prefetch_window.min(plan.len());
         let reach = window + self.transfer_ops.load(Ordering::Relaxed);
@@ -746,13 +789,13 @@ impl DeviceEngine {
             let mut index = lock(&self.index);
             let soon = index.due_until(placement.absolute(reach + MAX_LEAD));
             if soon.is_empty() {
-                return 0;
+                return None;
             }
             let leads = lock(&self.leads);
             let benched = lock(&self.benched);
             let mut due = Vec::new();
             for s in soon {
-                if benched.get(&s.key.key).is_some_and(|&until| until > step) {
+                if benched.get(&s.key.key).is_some_and(|b| b.until > step) {
                     continue;
                 }
                 let lead = leads.get(&s.key.key).copied().unwrap_or(0);
@@ -767,19 +810,35 @@ impl DeviceEngine {
             due
         };
         due.sort_by_key(|(d, s)| (*d, s.id));
-        // Up to the spill threshold: above it the settler would evict again what came back.
-        let ceiling = limits.high_water;
-        let mut room = ceiling.saturating_sub(self.device_committed());
+        let tape_driven = limits.policy != PolicyKind::Lru;
+        let headroom = match (tape_driven, due.last()) {
+            (true, Some((furthest, _))) => plan.headroom_curve(now, furthest + 1),
+            _ => Vec::new(),
+        };
+        let budget = limits.budget.unwrap_or(u64::MAX);
+        let mut used = self.device_committed();
         let mut shortfall = 0u64;
-        for (_, spilled) in due {
-            if spilled.bytes > room {
+        for (d, spilled) in due {
+            let ceiling = match headroom.get(d as usize).or(headroom.last()) {
+                Some(&ahead) if tape_driven => budget.saturating_sub(ahead),
+                _ => limits.high_water,
+            };
+            if used + spilled.bytes > ceiling {
+                if tape_driven {
+                    // Room for the soonest one left out is made by evicting tensors used after
+                    // it; the later ones wait for their turn.
+                    return Some(Room {
+                        level: ceiling.saturating_sub(spilled.bytes),
+                        beyond: Some(placement.absolute(d)),
+                    });
+                }
                 shortfall += spilled.bytes;
                 continue;
             }
             let Some(victim) = lock(&self.index).start_flight(spilled.id) else {
                 continue;
             };
-            room -= spilled.bytes;
+            used += spilled.bytes;
             self.inflight_in.fetch_add(spilled.bytes, Ordering::Relaxed);
             self.ledger.on_prefetch_issued();
             let lane = match spilled.tier {
@@ -804,7 +863,10 @@ impl DeviceEngine {
                 self.run_job(job);
             }
         }
-        shortfall
+        (shortfall > 0).then(|| Room {
+            level: point.target.saturating_sub(shortfall),
+            beyond: None,
+        })
     }
 
     /// Runs one worker job.
@@ -822,12 +884,16 @@ impl DeviceEngine {
                 lock(&self.index).end_flight(id, arrived, tick);
                 self.inflight_in.fetch_sub(bytes, Ordering::Relaxed);
             }
-            Job::Settle { target } => {
+            Job::Settle { target, room } => {
                 // A slice at a time, so that prefetches queued meanwhile go first.
-                if self.evict_until_within(target, SETTLE_SLICE_BYTES) == Eviction::Sliced {
+                let mut outcome = self.evict_until_within(target, SETTLE_SLICE_BYTES, None);
+                if let (Eviction::Reached, Some(room)) = (outcome, room) {
+                    outcome = self.evict_until_within(room.level, SETTLE_SLICE_BYTES, room.beyond);
+                }
+                if outcome == Eviction::Sliced {
                     // Still marked queued: the rest goes behind whatever came meanwhile.
                     self.transfers
-                        .submit(self, Lane::Transfer, Job::Settle { target });
+                        .submit(self, Lane::Transfer, Job::Settle { target, room });
                 } else {
                     self.settle_queued.store(false, Ordering::Release);
                 }
@@ -854,15 +920,35 @@ impl DeviceEngine {
             .store(took.max(decayed), Ordering::Relaxed);
     }
 
-    /// Where eviction after an op brings the device: the low watermark, leaving headroom so that
-    /// the next ops rarely wait for an eviction. With a plan the victims are chosen by their
-    /// next use and prefetching brings back what is needed soon, so headroom beyond the
-    /// spill threshold would only move bytes that the step still needs: the threshold itself.
-    fn settle_target(&self, limits: &Limits) -> u64 {
-        if limits.planning() && limits.policy != PolicyKind::Lru && self.plan().is_some() {
-            limits.high_water
-        } else {
-            limits.low_water
+    /// When eviction after an op starts, and where it brings the device.
+    ///
+    /// Before a plan exists: above the high watermark (the preset's spill threshold), down to
+    /// the low one (its cache ratio), leaving headroom so that the next ops rarely wait for an
+    /// eviction. With a plan (and a tape-driven policy) the tape corrects those guesses: the
+    /// recorded step says how many bytes the next ops will add (as many as a move takes to
+    /// land), so the device is kept exactly that far under the budget. Any more headroom would only move bytes the step still
+    /// needs (Belady's MIN evicts only when an op needs the room).
+    fn settle_point(&self, limits: &Limits) -> SettlePoint {
+        let planned = match (limits.budget, self.plan()) {
+            (Some(budget), Some(plan)) if limits.planning() && limits.policy != PolicyKind::Lru => {
+                // As far ahead as a move takes to land: an eviction for an op further away
+                // can still run after this one, when it is known to be needed.
+                let (_, now) = self.recorder.position();
+                let lookahead = 1 + self.transfer_ops.load(Ordering::Relaxed);
+                let ahead = plan.headroom(now, lookahead);
+                Some(budget.saturating_sub(ahead))
+            }
+            _ => None,
+        };
+        match planned {
+            Some(target) => SettlePoint {
+                trigger: target,
+                target,
+            },
+            None => SettlePoint {
+                trigger: limits.high_water,
+                target: limits.low_water,
+            },
         }
     }
 
@@ -873,10 +959,14 @@ impl DeviceEngine {
         if limits.budget.is_none() {
             return;
         }
-        if self.device_committed() > limits.high_water {
-            self.make_room(self.settle_target(&limits));
+        self.settle_at(&limits, self.settle_point(&limits));
+    }
+
+    fn settle_at(&self, limits: &Limits, point: SettlePoint) {
+        if self.device_committed() > point.trigger {
+            self.make_room(point.target);
         } else {
-            self.spill_host_overflow(&limits);
+            self.spill_host_overflow(limits);
         }
     }
 
@@ -903,12 +993,26 @@ impl DeviceEngine {
         reached
     }
 
-    fn evict_until(&self, target: u64) -> bool {
-        self.evict_until_within(target, u64::MAX) == Eviction::Reached
+    /// Makes `room` for a prefetch on the calling thread, as far as the tensors it may evict
+    /// allow (the prefetch waits for another op otherwise).
+    fn make_room_for(&self, room: Room) {
+        if self.device_committed() <= room.level {
+            return;
+        }
+        let start = Instant::now();
+        self.evict_until_within(room.level, u64::MAX, room.beyond);
+        if !on_worker() {
+            self.ledger.on_stall(start.elapsed());
+        }
     }
 
-    /// [`evict_until`](Self::evict_until), stopping once `slice` bytes moved.
-    fn evict_until_within(&self, target: u64, slice: u64) -> Eviction {
+    fn evict_until(&self, target: u64) -> bool {
+        self.evict_until_within(target, u64::MAX, None) == Eviction::Reached
+    }
+
+    /// [`evict_until`](Self::evict_until), stopping once `slice` bytes moved, and taking only
+    /// tensors next used after absolute position `beyond` when given.
+    fn evict_until_within(&self, target: u64, slice: u64, beyond: Option<u64>) -> Eviction {
         let mut tried = HashSet::new();
         let mut evicted = 0u64;
         loop {
@@ -919,7 +1023,7 @@ impl DeviceEngine {
             if evicted >= slice {
                 return Eviction::Sliced;
             }
-            let candidates = self.victims(Tier::Device, committed - target, &tried);
+            let candidates = self.victims(Tier::Device, committed - target, &tried, beyond);
             if candidates.is_empty() {
                 return Eviction::Stuck;
             }
@@ -975,11 +1079,14 @@ impl DeviceEngine {
             if !wasted.is_empty() {
                 // Brought back and evicted again unread: the device is too full between the
                 // prefetch and the use. Those tensors wait for their op for a few steps (a
-                // wasted prefetch moves bytes twice for nothing), then are tried again.
+                // wasted prefetch moves bytes twice for nothing), then are tried again, waiting
+                // longer each time it happens again.
                 let step = self.recorder.position().0;
                 let mut benched = lock(&self.benched);
                 for key in wasted {
-                    benched.insert(key, step + BENCHED_STEPS);
+                    let bench = benched.entry(key).or_default();
+                    bench.until = step + (BENCHED_STEPS << bench.strikes.min(MAX_BENCH_DOUBLINGS));
+                    bench.strikes += 1;
                 }
             }
             // Dropping the upgraded handles may run a handle's drop, which takes the index lock.
@@ -1017,14 +1124,26 @@ impl DeviceEngine {
 
     /// The next victims of `tier` worth `want` bytes, in the policy's order. Without a plan (or
     /// under LRU) the coldest first. Tensors whose next use is within the prefetch window are
-    /// taken only when nothing else is left.
-    fn victims(&self, tier: Tier, want: u64, tried: &HashSet<TensorId>) -> Vec<Candidate> {
+    /// taken only when nothing else is left. With `beyond`, only tensors next used after that
+    /// absolute position are taken (those with no known next use count as used last).
+    fn victims(
+        &self,
+        tier: Tier,
+        want: u64,
+        tried: &HashSet<TensorId>,
+        beyond: Option<u64>,
+    ) -> Vec<Candidate> {
         let limits = self.limits();
         let plan = match self.plan() {
             Some(plan) if limits.planning() => plan,
             _ => return lock(&self.index).coldest(tier, want, tried),
         };
         let (step, now) = self.recorder.position();
+        let placement = Placement {
+            plan: plan.clone(),
+            step,
+            now,
+        };
         let bandwidth = self.restore_bandwidth(tier);
         let residents = lock(&self.index).unpinned(tier, tried);
         let window = limits.prefetch_window.min(plan.len());
@@ -1036,6 +1155,11 @@ impl DeviceEngine {
             let next_use = r
                 .key
                 .map_or(NextUse::Unknown, |k| plan.next_use(k, step, now));
+            if let (Some(beyond), Some(due)) = (beyond, placement.due_of(next_use))
+                && due <= beyond
+            {
+                continue;
+            }
             let lead = r.key.and_then(|k| leads.get(&k.key)).copied().unwrap_or(0);
             let candidate = victim::Candidate {
                 id: r.id,
@@ -1055,7 +1179,7 @@ impl DeviceEngine {
             victim::first_in_order(limits.policy, Some(plan.len()), bandwidth, candidates, want)
         };
         let (mut picked, taken) = first(&later, want);
-        if taken < want || picked.is_empty() {
+        if beyond.is_none() && (taken < want || picked.is_empty()) {
             picked.extend(first(&soon, want - taken.min(want)).0);
         }
         drop(leads);
@@ -1082,7 +1206,7 @@ impl DeviceEngine {
             if resident <= limit {
                 return;
             }
-            let candidates = self.victims(Tier::Host, resident - limit, &tried);
+            let candidates = self.victims(Tier::Host, resident - limit, &tried, None);
             if candidates.is_empty() {
                 return;
             }

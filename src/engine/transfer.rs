@@ -28,8 +28,11 @@ pub(crate) enum Job {
         /// The step and position when it was queued, to learn how many ops a transfer takes.
         queued_at: (u64, u32),
     },
-    /// Evict until the device holds at most `target` bytes.
-    Settle { target: u64 },
+    /// Evict until the device holds at most `target` bytes, then make `room` for a prefetch.
+    Settle {
+        target: u64,
+        room: Option<super::device::Room>,
+    },
     /// Move the host tier's overflow to disk.
     Overflow,
 }

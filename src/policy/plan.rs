@@ -75,7 +75,21 @@ pub struct UsePlan {
     carried: FastMap<PlanKey, PlanKey>,
     /// The most device bytes the recorded step held (its own "planned" peak).
     recorded_peak: u64,
+    /// Per position: the bytes its op allocates for new outputs, and the bytes whose last
+    /// handle drops between it and the next op (other threads' ops and drops fold into the
+    /// stepping thread's position before them).
+    growth: Vec<Growth>,
 }
+
+/// What one position does to the live bytes.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+struct Growth {
+    allocated: u64,
+    freed: u64,
+}
+
+/// The most positions [`UsePlan::headroom`] looks ahead.
+const MAX_HEADROOM_LOOKAHEAD: u32 = 64;
 
 /// Maps a tape's op indices to positions: ops of the stepping thread get consecutive positions,
 /// the others none.
@@ -138,6 +152,42 @@ fn keys_and_uses(tape: &StepTape) -> (u32, HashMap<u64, (PlanKey, Vec<u32>)>) {
     (len, by_id)
 }
 
+/// Per position of `tape`'s stepping thread, the bytes allocated and freed there.
+fn growth_of(tape: &StepTape, len: u32) -> Vec<Growth> {
+    let mut growth = vec![Growth::default(); len as usize];
+    if growth.is_empty() {
+        return growth;
+    }
+    let bytes: HashMap<u64, u64> = tape.tensors.iter().map(|t| (t.id, t.bytes)).collect();
+    let size = |id: &u64| bytes.get(id).copied().unwrap_or(0);
+    // The stepping thread's position each tape op falls at (or after, for other threads').
+    let mut at = Vec::with_capacity(tape.ops.len());
+    let mut current = 0usize;
+    for (op, position) in tape.ops.iter().zip(positions_of(tape)) {
+        if let Some(p) = position {
+            current = p as usize;
+        }
+        at.push(current);
+        let new: u64 = op
+            .outputs
+            .iter()
+            .filter(|id| !op.inputs.contains(id))
+            .map(size)
+            .sum();
+        growth[current].allocated += new;
+    }
+    for drop in &tape.drops {
+        // `after_ops` ops ran before the drop: it frees after op `after_ops - 1`.
+        if let Some(&p) = (drop.after_ops as usize)
+            .checked_sub(1)
+            .and_then(|i| at.get(i))
+        {
+            growth[p].freed += size(&drop.id);
+        }
+    }
+    growth
+}
+
 impl UsePlan {
     /// The plan of `tape`. With `previous`, the tape of the step just before it running the same
     /// number of ops, the plan also learns which tensors one step hands to the next (updated
@@ -165,7 +215,39 @@ impl UsePlan {
             uses: by_id.into_values().collect(),
             carried,
             recorded_peak,
+            growth: growth_of(tape, len),
         }
+    }
+
+    /// The most bytes the next `lookahead` ops (from position `now`, wrapping into the next
+    /// step) add to the live bytes at any moment: each op's new outputs, less what earlier ones
+    /// in that stretch freed. Keeping this much free is enough for them to run without evicting,
+    /// as far as the recorded step tells; restores of spilled inputs come on top (prefetch
+    /// counts them itself).
+    pub fn headroom(&self, now: u32, lookahead: u32) -> u64 {
+        self.headroom_curve(now, lookahead)
+            .last()
+            .copied()
+            .unwrap_or(0)
+    }
+
+    /// [`headroom`](Self::headroom) for every lookahead from 1 to `lookahead` (at least 1, at
+    /// most 64): element `k` is the room the ops up to `now + k` need.
+    pub fn headroom_curve(&self, now: u32, lookahead: u32) -> Vec<u64> {
+        let n = lookahead.clamp(1, MAX_HEADROOM_LOOKAHEAD) as usize;
+        if self.growth.is_empty() {
+            return vec![0; n];
+        }
+        let len = self.growth.len();
+        let (mut level, mut need) = (0i64, 0i64);
+        (0..n)
+            .map(|k| {
+                let g = self.growth[(now as usize + k) % len];
+                need = need.max(level + g.allocated as i64);
+                level += g.allocated as i64 - g.freed as i64;
+                need.max(0) as u64
+            })
+            .collect()
     }
 
     /// Ops per step (of the stepping thread).
@@ -347,6 +429,28 @@ mod tests {
         assert_eq!(plan.next_use(b, 7, 4), NextUse::Never);
         // Older keys are unknown.
         assert_eq!(plan.next_use(w, 9, 0), NextUse::Unknown);
+    }
+
+    #[test]
+    fn headroom_is_the_highest_growth_ahead() {
+        // Each op makes a 4-byte output; drops free bytes between ops.
+        let mut first = two_steps().0;
+        // 4 positions (x, f, g, h); 10 (x's output) drops after g (tape ops 0..=3 ran).
+        first.drops.push(crate::tape::DropRecord {
+            id: 10,
+            after_ops: 4,
+        });
+        let plan = UsePlan::from_tape(&first, None);
+        // From position 0: x +4, f +4 (the metric's +4 folds into f) = 12 by the end of f.
+        assert_eq!(plan.headroom(0, 2), 12);
+        // From g: g +4, then frees 4, h +4: never more than 4 ahead of now.
+        assert_eq!(plan.headroom(2, 2), 4);
+        // Wrapping into the next step: h +4, x +4.
+        assert_eq!(plan.headroom(3, 2), 8);
+        // At least one op is looked at.
+        assert_eq!(plan.headroom(1, 0), 8);
+        // g adds 4 more before x's output is freed after it.
+        assert_eq!(plan.headroom_curve(0, 3), vec![4, 12, 16]);
     }
 
     #[test]
