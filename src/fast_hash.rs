@@ -3,7 +3,7 @@
 //! the work. Keys here come from burn-spill itself, never from outside, so flooding is no
 //! concern.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::hash::{BuildHasherDefault, Hasher};
 
 /// One round: rotate, xor the word in, multiply by an odd constant.
@@ -53,3 +53,6 @@ impl Hasher for FastHasher {
 
 /// A `HashMap` with [`FastHasher`].
 pub(crate) type FastMap<K, V> = HashMap<K, V, BuildHasherDefault<FastHasher>>;
+
+/// A `HashSet` with [`FastHasher`].
+pub(crate) type FastSet<K> = HashSet<K, BuildHasherDefault<FastHasher>>;

@@ -138,8 +138,13 @@ fn install<B: Backend>(
     mut moved: Vec<bool>,
 ) -> Vec<bool> {
     engine.batched(members.len() as u64);
+    // One transfer moved them all: each is booked its share of its time, by bytes, so that the
+    // measured bandwidth (and the cost of a move the engine learns from it) stays true.
+    let took = start.elapsed();
+    let total = members.iter().map(|m| m.handle.bytes).sum::<u64>().max(1);
     for (m, host) in members.into_iter().zip(hosts) {
-        moved[m.at] = m.handle.install_evicted(engine, host, start);
+        let share = took.mul_f64(m.handle.bytes as f64 / total as f64);
+        moved[m.at] = m.handle.install_evicted(engine, host, share);
     }
     moved
 }

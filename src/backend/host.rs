@@ -39,10 +39,15 @@ pub(crate) fn pack<'a>(
         starts.push(total);
         total = (total + bytes.len()).next_multiple_of(SLICE_ALIGN);
     }
-    let mut buffer = HostTensor::zeroed_bytes(total);
+    // Filled by appending (a zeroed buffer would write every byte twice); the gaps that keep
+    // each slice aligned are zeros.
+    let mut buffer = Bytes::from_elems(Vec::<u128>::with_capacity(total / SLICE_ALIGN));
+    const GAP: [u8; SLICE_ALIGN] = [0; SLICE_ALIGN];
     for ((bytes, _, _), &start) in parts.iter().zip(&starts) {
-        buffer[start..start + bytes.len()].copy_from_slice(bytes);
+        buffer.extend_from_byte_slice_aligned(&GAP[..start - buffer.len()], SLICE_ALIGN);
+        buffer.extend_from_byte_slice_aligned(bytes, SLICE_ALIGN);
     }
+    buffer.extend_from_byte_slice_aligned(&GAP[..total - buffer.len()], SLICE_ALIGN);
     let batch = Arc::new(buffer);
     parts
         .into_iter()

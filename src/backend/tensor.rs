@@ -97,7 +97,7 @@ pub(crate) struct Handle<B: Backend> {
     shape: Shape,
     dtype: DType,
     device: B::Device,
-    bytes: u64,
+    pub(super) bytes: u64,
     role: TensorRole,
     quant: Option<QuantFacts>,
     /// Which tier holds the bytes; `Taken` only after an op took the primitive out of a unique
@@ -214,9 +214,9 @@ impl<B: Backend> Handle<B> {
         &self,
         engine: &DeviceEngine,
         host: HostTensor,
-        start: std::time::Instant,
+        took: std::time::Duration,
     ) -> bool {
-        engine.install_evicted(&self.state, self.info(""), host, start)
+        engine.install_evicted(&self.state, self.info(""), host, took)
     }
 
     /// The tier holding the bytes now.

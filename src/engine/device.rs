@@ -23,7 +23,7 @@ use super::ledger::{Direction, Ledger};
 use super::slot::{Residency, Slot, SlotInfo, TensorId, Tier};
 use super::transfer::{Job, Lane, Transfers, on_worker};
 use crate::SpillError;
-use crate::fast_hash::{FastHasher, FastMap};
+use crate::fast_hash::{FastHasher, FastMap, FastSet};
 use crate::policy::PolicyKind;
 use crate::policy::plan::{KeyAt, NextUse, PlanKey, UsePlan};
 use crate::policy::victim::{self, Bandwidth};
@@ -1013,7 +1013,7 @@ impl DeviceEngine {
     /// [`evict_until`](Self::evict_until), stopping once `slice` bytes moved, and taking only
     /// tensors next used after absolute position `beyond` when given.
     fn evict_until_within(&self, target: u64, slice: u64, beyond: Option<u64>) -> Eviction {
-        let mut tried = HashSet::new();
+        let mut tried = FastSet::default();
         let mut evicted = 0u64;
         loop {
             let committed = self.device_committed();
@@ -1130,7 +1130,7 @@ impl DeviceEngine {
         &self,
         tier: Tier,
         want: u64,
-        tried: &HashSet<TensorId>,
+        tried: &FastSet<TensorId>,
         beyond: Option<u64>,
     ) -> Vec<Candidate> {
         let limits = self.limits();
@@ -1200,7 +1200,7 @@ impl DeviceEngine {
         let Some(limit) = limits.host_limit else {
             return;
         };
-        let mut tried = HashSet::new();
+        let mut tried = FastSet::default();
         loop {
             let resident = self.ledger.resident(Tier::Host);
             if resident <= limit {
@@ -1256,19 +1256,19 @@ impl DeviceEngine {
                 return false;
             }
         };
-        let moved = self.install_evicted(slot, info, host, start);
+        let moved = self.install_evicted(slot, info, host, start.elapsed());
         drop(payload);
         moved
     }
 
-    /// Puts a host copy read since `start` in place of the device payload, if the tensor is
-    /// still on the device (an op may have consumed it meanwhile; its bytes never change).
+    /// Puts a host copy that took `took` to read in place of the device payload, if the tensor
+    /// is still on the device (an op may have consumed it meanwhile; its bytes never change).
     pub fn install_evicted<D, H>(
         &self,
         slot: &Slot<D, H>,
         info: SlotInfo<'_>,
         host: H,
-        start: Instant,
+        took: Duration,
     ) -> bool {
         let mut state = slot.lock();
         if !matches!(*state, Residency::Device(_)) {
@@ -1277,7 +1277,7 @@ impl DeviceEngine {
         let device = std::mem::replace(&mut *state, Residency::Host(host));
         // The ledger moves with the state, under its lock, so no other move of this tensor
         // can be counted in between.
-        self.moved(Direction::DeviceToHost, info, start);
+        self.moved(Direction::DeviceToHost, info, took);
         drop(state);
         // Freeing the device tensor is not part of the move's time.
         drop(device);
@@ -1318,7 +1318,7 @@ impl DeviceEngine {
             Ok(record) => {
                 let mut state = slot.lock();
                 *state = Residency::Disk(record);
-                self.moved(Direction::HostToDisk, info, start);
+                self.moved(Direction::HostToDisk, info, start.elapsed());
                 drop(state);
                 slot.notify_arrived();
                 // Freeing the host buffer is memory management, not the move.
@@ -1389,7 +1389,7 @@ impl DeviceEngine {
         let moved = match std::mem::replace(slot, Residency::Taken) {
             Residency::Host(host) => {
                 *slot = Residency::Device(upload(host));
-                self.moved(Direction::HostToDevice, info, start);
+                self.moved(Direction::HostToDevice, info, start.elapsed());
                 true
             }
             Residency::Disk(record) => {
@@ -1399,7 +1399,7 @@ impl DeviceEngine {
                     panic!("burn-spill: {error}");
                 }
                 *slot = Residency::Device(upload(host));
-                self.moved(Direction::DiskToDevice, info, start);
+                self.moved(Direction::DiskToDevice, info, start.elapsed());
                 // Freeing the extent (which may shrink the file) is not part of the move's time.
                 self.free_record(&record);
                 true
@@ -1468,7 +1468,7 @@ impl DeviceEngine {
         };
         let mut state = slot.lock();
         *state = Residency::Device(payload);
-        self.moved(direction, info, start);
+        self.moved(direction, info, start.elapsed());
         drop(state);
         slot.notify_arrived();
         if let Some(record) = record {
@@ -1515,8 +1515,7 @@ impl DeviceEngine {
         }
     }
 
-    fn moved(&self, direction: Direction, info: SlotInfo<'_>, start: Instant) {
-        let took = start.elapsed();
+    fn moved(&self, direction: Direction, info: SlotInfo<'_>, took: Duration) {
         self.ledger.on_move(direction, info.bytes, info.role, took);
         tracing::debug!(target: "burn_spill::engine", id = info.id, bytes = info.bytes,
             ?direction, micros = took.as_micros() as u64, "moved");

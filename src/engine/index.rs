@@ -3,12 +3,12 @@
 //! Victim choice reads this; it holds weak references so that it never keeps a tensor alive, and
 //! it is only ever locked while no tensor's own lock is held (see `DeviceEngine`).
 
-use std::collections::{BTreeSet, HashSet};
+use std::collections::BTreeSet;
 use std::sync::{Arc, Weak};
 
 use super::DeviceEngine;
 use super::slot::{TensorId, Tier};
-use crate::fast_hash::FastMap;
+use crate::fast_hash::{FastMap, FastSet};
 use crate::policy::plan::{KeyAt, PlanKey};
 
 /// A tensor the engine can move. The adapter implements it for its handle.
@@ -248,7 +248,7 @@ impl Index {
     }
 
     /// The unpinned live tensors of `tier` not in `tried`.
-    pub fn unpinned(&self, tier: Tier, tried: &HashSet<TensorId>) -> Vec<Resident> {
+    pub fn unpinned(&self, tier: Tier, tried: &FastSet<TensorId>) -> Vec<Resident> {
         self.cold[tier.index()]
             .iter()
             .filter_map(|&(_, id)| {
@@ -334,7 +334,7 @@ impl Index {
 
     /// The coldest unpinned live tensors of `tier`, not in `tried`, until their bytes reach
     /// `want` (at least one when any exists).
-    pub fn coldest(&self, tier: Tier, want: u64, tried: &HashSet<TensorId>) -> Vec<Candidate> {
+    pub fn coldest(&self, tier: Tier, want: u64, tried: &FastSet<TensorId>) -> Vec<Candidate> {
         if tier == Tier::Disk {
             return Vec::new();
         }
@@ -397,18 +397,21 @@ mod tests {
         index.pin(1);
         let ids = |c: Vec<Candidate>| c.iter().map(|c| c.id).collect::<Vec<_>>();
         assert_eq!(
-            ids(index.coldest(Tier::Device, 15, &HashSet::new())),
+            ids(index.coldest(Tier::Device, 15, &FastSet::default())),
             vec![2, 3]
         );
         assert_eq!(
-            ids(index.coldest(Tier::Device, 1000, &HashSet::from([2]))),
+            ids(index.coldest(Tier::Device, 1000, &FastSet::from_iter([2]))),
             vec![3, 0]
         );
         index.unpin(1);
         index.set_tier(1, Tier::Host);
-        assert_eq!(ids(index.coldest(Tier::Host, 1, &HashSet::new())), vec![1]);
+        assert_eq!(
+            ids(index.coldest(Tier::Host, 1, &FastSet::default())),
+            vec![1]
+        );
         index.remove(1);
-        assert!(index.coldest(Tier::Host, 1, &HashSet::new()).is_empty());
+        assert!(index.coldest(Tier::Host, 1, &FastSet::default()).is_empty());
         assert_eq!(index.len(), 4);
     }
 }
