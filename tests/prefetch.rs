@@ -84,7 +84,7 @@ fn train_marked(config: SpillConfig) -> (TrainRun, SpillStats, SpillStats) {
 
 /// Every policy, at 75% and 50% of the peak, with the moves between ops on the op's thread
 /// (where the hit rate measures the plan alone: 95% in each configuration) and on the transfer
-/// workers (90% over all configurations together, to hold on a loaded machine too).
+/// workers (95% over all configurations together: one may read as few as 16 spilled tensors).
 #[test]
 fn every_policy_prefetches_ahead_and_trains_identically() {
     let _device = ExclusiveDevice::take();
@@ -155,10 +155,11 @@ fn every_policy_prefetches_ahead_and_trains_identically() {
     assert!(low.is_empty(), "{low:#?}");
     let (hits, misses) = async_reads;
     let rate = hits as f64 / (hits + misses).max(1) as f64;
-    // Measured 100% over all six on an idle machine, 94-100% with two CPU hogs beside the
-    // test (a late worker turns hits into misses): the floor leaves room for a loaded machine.
+    // Measured 100% over all six, idle and with two CPU hogs beside the test (the engine
+    // measures how late a busy machine schedules its workers and keeps such moves on the op's
+    // thread).
     assert!(
-        rate >= 0.90,
+        rate >= 0.95,
         "asynchronous prefetch hit rate {rate:.3} over every policy and budget ({hits} hits, {misses} misses)"
     );
 }

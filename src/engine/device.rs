@@ -230,8 +230,9 @@ struct Bench {
     strikes: u32,
 }
 
-/// What handing a move to a worker costs (a wake-up and two context switches): moves measured
-/// to take less run on the op's thread, between ops.
+/// What handing a move to a worker costs at least (a wake-up and two context switches): moves
+/// measured to take less (or less than the measured wait for a worker, when that is longer) run
+/// on the op's thread, between ops.
 const HANDOFF_COST: Duration = Duration::from_micros(20);
 
 /// Moves of a direction measured before their mean time is trusted.
@@ -746,7 +747,8 @@ impl DeviceEngine {
 
     /// Whether moving `bytes` in `direction` is likely cheaper than handing the move to a
     /// worker: waking a sleeping thread and switching to it costs a few microseconds on each
-    /// side, more than a small copy on a CPU backend (where a restore is a buffer handover). The
+    /// side (more on a busy machine, where the worker is scheduled late: the wait is measured),
+    /// more than a small copy on a CPU backend (where a restore is a buffer handover). The
     /// estimate is the measured mean time of such a move, scaled up for larger ones; until
     /// enough moves were measured the worker takes them.
     fn cheaper_here(&self, direction: Direction, bytes: u64) -> bool {
@@ -757,7 +759,7 @@ impl DeviceEngine {
         let mean_bytes = (moves.bytes / moves.count).max(1);
         let scale = (bytes as f64 / mean_bytes as f64).max(1.0);
         let estimate = (moves.time / moves.count as u32).mul_f64(scale);
-        estimate < HANDOFF_COST
+        estimate < HANDOFF_COST.max(self.transfers.handoff_latency())
     }
 
     /// Has the I/O worker move the host tier's overflow to disk, unless it is queued already.

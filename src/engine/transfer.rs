@@ -12,7 +12,9 @@
 
 use std::collections::VecDeque;
 use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
 
 use super::DeviceEngine;
 use super::index::Spillable;
@@ -50,8 +52,9 @@ pub(crate) enum Lane {
 /// eviction after an op only restores headroom.
 #[derive(Default)]
 struct Queue {
-    urgent: VecDeque<Job>,
-    background: VecDeque<Job>,
+    /// Jobs with the time they were queued.
+    urgent: VecDeque<(Job, Instant)>,
+    background: VecDeque<(Job, Instant)>,
     started: bool,
     /// The worker is waiting for a job: only then is it woken (a wake is a system call).
     idle: bool,
@@ -68,8 +71,8 @@ impl Worker {
         self.queue.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// The next job, waiting for one.
-    fn next(&self) -> Job {
+    /// The next job and when it was queued, waiting for one.
+    fn next(&self) -> (Job, Instant) {
         let mut queue = self.lock();
         loop {
             if let Some(job) = queue.urgent.pop_front() {
@@ -92,6 +95,10 @@ pub(crate) struct Transfers {
     io: Worker,
     pending: Mutex<u64>,
     idle: Condvar,
+    /// How long a job waits from being queued to starting, in nanoseconds (a running average
+    /// weighting the newest by an eighth): what handing a move to a worker costs the op that
+    /// needs it, which grows when the machine is busy and the worker is scheduled late.
+    handoff_nanos: AtomicU64,
 }
 
 thread_local! {
@@ -113,9 +120,10 @@ impl Transfers {
         *self.lock_pending() += 1;
         let worker = self.worker(lane);
         let mut queue = worker.lock();
-        match job {
-            Job::Prefetch { .. } => queue.urgent.push_back(job),
-            _ => queue.background.push_back(job),
+        let queued = (job, Instant::now());
+        match queued.0 {
+            Job::Prefetch { .. } => queue.urgent.push_back(queued),
+            _ => queue.background.push_back(queued),
         }
         if !queue.started {
             queue.started = true;
@@ -126,6 +134,22 @@ impl Transfers {
         if wake {
             worker.ready.notify_one();
         }
+    }
+
+    /// The measured wait from queueing a job to its start (zero before any job ran).
+    pub fn handoff_latency(&self) -> Duration {
+        Duration::from_nanos(self.handoff_nanos.load(Ordering::Relaxed))
+    }
+
+    fn learn_handoff(&self, waited: Duration) {
+        let sample = waited.as_nanos().min(u128::from(u64::MAX)) as u64;
+        let old = self.handoff_nanos.load(Ordering::Relaxed);
+        let new = if old == 0 {
+            sample
+        } else {
+            old - old / 8 + sample / 8
+        };
+        self.handoff_nanos.store(new, Ordering::Relaxed);
     }
 
     /// Whether a prefetch waits for the transfer worker.
@@ -171,7 +195,8 @@ fn spawn(engine: Arc<DeviceEngine>, lane: Lane) {
         .spawn(move || {
             ON_WORKER.with(|w| w.set(true));
             loop {
-                let job = engine.transfers().worker(lane).next();
+                let (job, queued) = engine.transfers().worker(lane).next();
+                engine.transfers().learn_handoff(queued.elapsed());
                 if let Err(panic) = catch_unwind(AssertUnwindSafe(|| engine.run_job(job))) {
                     let what = panic
                         .downcast_ref::<String>()
