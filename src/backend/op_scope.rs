@@ -14,6 +14,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use burn_backend::{Backend, DType, Shape, TensorMetadata};
+use smallvec::SmallVec;
 
 use super::device::device_key;
 use super::tensor::{Primitive, RetiredHandle, SpillTensor, TensorKind};
@@ -103,12 +104,13 @@ pub(crate) struct OpScope<B: Backend> {
     name: &'static str,
     /// Set once an input or output lives on a device with a budget.
     engine: Option<Arc<DeviceEngine>>,
-    inputs: Vec<OpInput>,
+    // Ops read and make a few tensors: these stay off the heap.
+    inputs: SmallVec<[OpInput; 4]>,
     /// Non-tensor arguments that decide the output size (shapes, dtypes, data lengths).
     hints: Option<FastHasher>,
     ticket: Option<OpTicket>,
-    outputs: Vec<OpOutput>,
-    retired: Vec<RetiredHandle<B>>,
+    outputs: SmallVec<[OpOutput; 2]>,
+    retired: SmallVec<[RetiredHandle<B>; 4]>,
     recording: Option<Recording>,
 }
 
@@ -117,11 +119,11 @@ impl<B: Backend> OpScope<B> {
         Self {
             name,
             engine: None,
-            inputs: Vec::new(),
+            inputs: SmallVec::new(),
             hints: None,
             ticket: None,
-            outputs: Vec::new(),
-            retired: Vec::new(),
+            outputs: SmallVec::new(),
+            retired: SmallVec::new(),
             recording: None,
         }
     }

@@ -91,7 +91,7 @@ pub struct OpTicket {
     budget: u64,
     strict: bool,
     signature: u64,
-    inputs: Vec<TensorId>,
+    inputs: smallvec::SmallVec<[TensorId; 4]>,
     /// Bytes of the evictable inputs (the others are in the ledger's unevictable count).
     evictable_input_bytes: u64,
     /// The step and the op's position in it, for the outputs' plan keys.
@@ -400,7 +400,7 @@ impl DeviceEngine {
         let (mut hits, mut misses) = (0u64, 0u64);
         let mut late = Vec::new();
         let tick = self.tick.fetch_add(1, Ordering::Relaxed);
-        let mut ids = Vec::with_capacity(inputs.len());
+        let mut ids = smallvec::SmallVec::<[TensorId; 4]>::new();
         let (mut input_bytes, mut to_restore, mut largest) = (0u64, 0u64, 0u64);
         let mut evictable_input_bytes = 0u64;
         let mut hasher = FastHasher::default();

@@ -2,8 +2,14 @@
 //!
 //! Victim choice reads this; it holds weak references so that it never keeps a tensor alive, and
 //! it is only ever locked while no tensor's own lock is held (see `DeviceEngine`).
+//!
+//! Every op touches its inputs and outputs, so the order per tier is a queue rather than a
+//! sorted tree: a touch appends the tensor again with a new stamp, and the entry it had is left
+//! behind, stale, to be skipped when read and dropped when the queue grows to twice the live
+//! tensors. A tier's order is therefore the order of last use (device) or of arrival (host,
+//! disk).
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, VecDeque};
 use std::sync::{Arc, Weak};
 
 use super::DeviceEngine;
@@ -47,6 +53,8 @@ struct Entry {
     prefetched: bool,
     /// While spilled: the absolute position (see [`absolute`]) of its next use, if known.
     due: Option<u64>,
+    /// The stamp of its current place in its tier's queue (older places are stale).
+    stamp: u64,
 }
 
 /// A position that orders across steps: the step in the high bits, the op in the low ones.
@@ -93,17 +101,37 @@ pub(crate) struct Candidate {
 #[derive(Default)]
 pub(crate) struct Index {
     entries: FastMap<TensorId, Entry>,
-    /// (last use, id) per tier. The disk tier is never a source of victims; its order is what
-    /// the prefetcher scans.
-    cold: [BTreeSet<(u64, TensorId)>; 3],
+    /// (stamp, id) per tier, oldest first, stale places included (see the module doc). The
+    /// disk tier is never a source of victims.
+    cold: [VecDeque<(u64, TensorId)>; 3],
+    /// The last stamp given.
+    stamp: u64,
     /// (next use, id) of spilled tensors whose next use is known: what the prefetcher reads,
     /// so that it looks at the few tensors due soon rather than at every spilled one.
     due: BTreeSet<(u64, TensorId)>,
 }
 
 impl Index {
-    fn order(&mut self, tier: Tier) -> Option<&mut BTreeSet<(u64, TensorId)>> {
-        Some(&mut self.cold[tier.index()])
+    /// Puts `id` (an entry of `tier`) at the back of its tier's queue.
+    fn enqueue(&mut self, id: TensorId, tier: Tier) {
+        let Some(entry) = self.entries.get_mut(&id) else {
+            return;
+        };
+        self.stamp += 1;
+        entry.stamp = self.stamp;
+        let queue = &mut self.cold[tier.index()];
+        queue.push_back((self.stamp, id));
+        if queue.len() > 2 * self.entries.len() + 64 {
+            let entries = &self.entries;
+            queue.retain(|&(stamp, id)| is_current(entries, tier, stamp, id).is_some());
+        }
+    }
+
+    /// The tensors of `tier`, oldest first.
+    fn in_order(&self, tier: Tier) -> impl Iterator<Item = (TensorId, &Entry)> {
+        self.cold[tier.index()]
+            .iter()
+            .filter_map(move |&(stamp, id)| Some((id, is_current(&self.entries, tier, stamp, id)?)))
     }
 
     /// Adds a tensor, or marks it used now if present.
@@ -131,42 +159,32 @@ impl Index {
                 in_flight: false,
                 prefetched: false,
                 due: None,
+                stamp: 0,
             },
         );
-        if let Some(order) = self.order(tier) {
-            order.insert((tick, id));
-        }
+        self.enqueue(id, tier);
     }
 
     pub fn touch(&mut self, id: TensorId, tick: u64) {
         let Some(entry) = self.entries.get_mut(&id) else {
             return;
         };
-        let (old, tier) = (entry.last_use, entry.tier);
         entry.last_use = tick;
-        if let Some(order) = self.order(tier) {
-            order.remove(&(old, id));
-            order.insert((tick, id));
-        }
+        let tier = entry.tier;
+        self.enqueue(id, tier);
     }
 
     pub fn set_tier(&mut self, id: TensorId, tier: Tier) {
         let Some(entry) = self.entries.get_mut(&id) else {
             return;
         };
-        let (old_tier, last_use) = (entry.tier, entry.last_use);
         entry.tier = tier;
         if tier == Tier::Device
             && let Some(due) = entry.due.take()
         {
             self.due.remove(&(due, id));
         }
-        if let Some(order) = self.order(old_tier) {
-            order.remove(&(last_use, id));
-        }
-        if let Some(order) = self.order(tier) {
-            order.insert((last_use, id));
-        }
+        self.enqueue(id, tier);
     }
 
     pub fn pin(&mut self, id: TensorId) {
@@ -187,9 +205,6 @@ impl Index {
         };
         if let Some(due) = entry.due {
             self.due.remove(&(due, id));
-        }
-        if let Some(order) = self.order(entry.tier) {
-            order.remove(&(entry.last_use, id));
         }
     }
 
@@ -249,10 +264,8 @@ impl Index {
 
     /// The unpinned live tensors of `tier` not in `tried`.
     pub fn unpinned(&self, tier: Tier, tried: &FastSet<TensorId>) -> Vec<Resident> {
-        self.cold[tier.index()]
-            .iter()
-            .filter_map(|&(_, id)| {
-                let e = &self.entries[&id];
+        self.in_order(tier)
+            .filter_map(|(id, e)| {
                 (e.pins == 0 && !e.in_flight && !tried.contains(&id)).then_some(Resident {
                     id,
                     bytes: e.bytes,
@@ -301,8 +314,8 @@ impl Index {
     pub fn spilled_keys(&self) -> Vec<(TensorId, KeyAt)> {
         [Tier::Host, Tier::Disk]
             .into_iter()
-            .flat_map(|tier| self.cold[tier.index()].iter())
-            .filter_map(|&(_, id)| Some((id, self.entries[&id].key?)))
+            .flat_map(|tier| self.in_order(tier))
+            .filter_map(|(id, e)| Some((id, e.key?)))
             .collect()
     }
 
@@ -338,14 +351,12 @@ impl Index {
         if tier == Tier::Disk {
             return Vec::new();
         }
-        let order = &self.cold[tier.index()];
         let mut picked = Vec::new();
         let mut bytes = 0u64;
-        for &(_, id) in order {
+        for (id, entry) in self.in_order(tier) {
             if bytes >= want && !picked.is_empty() {
                 break;
             }
-            let entry = &self.entries[&id];
             if entry.pins > 0 || entry.in_flight || tried.contains(&id) {
                 continue;
             }
@@ -360,6 +371,18 @@ impl Index {
         }
         picked
     }
+}
+
+/// The entry of `id` if `stamp` is its current place in `tier`'s queue.
+fn is_current(
+    entries: &FastMap<TensorId, Entry>,
+    tier: Tier,
+    stamp: u64,
+    id: TensorId,
+) -> Option<&Entry> {
+    entries
+        .get(&id)
+        .filter(|e| e.stamp == stamp && e.tier == tier)
 }
 
 #[cfg(test)]
@@ -413,5 +436,30 @@ mod tests {
         index.remove(1);
         assert!(index.coldest(Tier::Host, 1, &FastSet::default()).is_empty());
         assert_eq!(index.len(), 4);
+    }
+
+    #[test]
+    fn touches_leave_stale_places_that_are_skipped_and_compacted() {
+        let alive: Vec<Arc<dyn Spillable>> = (0..3)
+            .map(|_| Arc::new(Fake) as Arc<dyn Spillable>)
+            .collect();
+        let mut index = Index::default();
+        for (i, v) in alive.iter().enumerate() {
+            index.insert_or_touch(i as u64, 10, Tier::Device, i as u64, || Arc::downgrade(v));
+        }
+        // Touch 0 and 1 many times, 1 last: the order is 2, 0, 1.
+        for tick in 10..1_000 {
+            index.touch(tick % 2, tick);
+        }
+        let ids = |c: Vec<Candidate>| c.iter().map(|c| c.id).collect::<Vec<_>>();
+        assert_eq!(
+            ids(index.coldest(Tier::Device, 1000, &FastSet::default())),
+            vec![2, 0, 1]
+        );
+        assert!(
+            index.cold[Tier::Device.index()].len() <= 2 * 3 + 64 + 1,
+            "stale places are dropped as the queue grows"
+        );
+        assert_eq!(index.unpinned(Tier::Device, &FastSet::default()).len(), 3);
     }
 }

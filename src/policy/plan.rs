@@ -225,29 +225,29 @@ impl UsePlan {
     /// as far as the recorded step tells; restores of spilled inputs come on top (prefetch
     /// counts them itself).
     pub fn headroom(&self, now: u32, lookahead: u32) -> u64 {
-        self.headroom_curve(now, lookahead)
-            .last()
-            .copied()
-            .unwrap_or(0)
+        // Runs after every op: walks the curve without collecting it.
+        self.headroom_steps(now, lookahead).last().unwrap_or(0)
     }
 
     /// [`headroom`](Self::headroom) for every lookahead from 1 to `lookahead` (at least 1, at
     /// most 64): element `k` is the room the ops up to `now + k` need.
     pub fn headroom_curve(&self, now: u32, lookahead: u32) -> Vec<u64> {
+        self.headroom_steps(now, lookahead).collect()
+    }
+
+    fn headroom_steps(&self, now: u32, lookahead: u32) -> impl Iterator<Item = u64> + '_ {
         let n = lookahead.clamp(1, MAX_HEADROOM_LOOKAHEAD) as usize;
-        if self.growth.is_empty() {
-            return vec![0; n];
-        }
         let len = self.growth.len();
         let (mut level, mut need) = (0i64, 0i64);
-        (0..n)
-            .map(|k| {
-                let g = self.growth[(now as usize + k) % len];
-                need = need.max(level + g.allocated as i64);
-                level += g.allocated as i64 - g.freed as i64;
-                need.max(0) as u64
-            })
-            .collect()
+        (0..n).map(move |k| {
+            if len == 0 {
+                return 0;
+            }
+            let g = self.growth[(now as usize + k) % len];
+            need = need.max(level + g.allocated as i64);
+            level += g.allocated as i64 - g.freed as i64;
+            need.max(0) as u64
+        })
     }
 
     /// Ops per step (of the stepping thread).
