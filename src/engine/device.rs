@@ -191,13 +191,13 @@ struct SettlePoint {
 }
 
 /// Room a prefetch waits for: the device level at which it fits, to be reached by evicting
-/// only tensors next used after `beyond` (an absolute position; see [`super::index::absolute`]),
-/// when given. Evicting a tensor needed before the prefetched one would only trade one move
-/// for another (Belady's rule: the furthest next use leaves first).
+/// only tensors next used after `beyond` (an absolute position; see [`super::index::absolute`]).
+/// Evicting a tensor needed before the prefetched one would only trade one move for another
+/// (Belady's rule: the furthest next use leaves first).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Room {
     level: u64,
-    beyond: Option<u64>,
+    beyond: u64,
 }
 
 /// How an eviction pass ended.
@@ -667,15 +667,14 @@ impl DeviceEngine {
         })
     }
 
-    /// Replays the recorded step with the policy in force, under the capacity the engine keeps
-    /// with a plan (the budget for the tape-driven policies, which keep only the headroom the
-    /// next window needs; the spill threshold under LRU), and checks each window of
+    /// Replays the recorded step with the policy in force under the budget (with a plan the
+    /// engine keeps only the headroom the next ops need), and checks each window of
     /// `prefetch_window` ops against the measured host link: a window whose planned moves exceed
     /// bandwidth x compute time is saturated (logged, and counted in the step stats).
     fn check_windows(&self, tape: &crate::tape::StepTape) {
         let limits = self.limits();
         let capacity = match limits.budget {
-            Some(budget) if limits.policy != PolicyKind::Lru => budget,
+            Some(budget) => budget,
             _ => limits.high_water,
         };
         let (replay, moved) = crate::policy::simulate::replay_per_op(tape, capacity, limits.policy);
@@ -711,7 +710,7 @@ impl DeviceEngine {
         }
         let point = self.settle_point(&limits);
         let room = if limits.planning() && limits.prefetch_window > 0 {
-            self.prefetch_ahead(&limits, point)
+            self.prefetch_ahead(&limits)
         } else {
             None
         };
@@ -773,11 +772,10 @@ impl DeviceEngine {
     }
 
     /// Queues prefetches for spilled tensors whose next use falls within the window (plus the
-    /// lead each has earned by arriving late), soonest first, while they fit. With a tape-driven
-    /// policy a tensor fits when the room the ops up to its use will need is left free beside
-    /// it (so that it is not evicted again before its use); under LRU, under the spill
-    /// threshold. Returns the room to make so that the ones left out fit, if any were.
-    fn prefetch_ahead(self: &Arc<Self>, limits: &Limits, point: SettlePoint) -> Option<Room> {
+    /// lead each has earned by arriving late), soonest first, while they fit: a tensor fits
+    /// when the room the ops up to its use will need is left free beside it (so that it is not
+    /// evicted again before its use). Returns the room to make for the first one left out.
+    fn prefetch_ahead(self: &Arc<Self>, limits: &Limits) -> Option<Room> {
         let plan = self.plan()?;
         let (step, now) = self.recorder.position();
         let window = limits.prefetch_window.min(plan.len());
@@ -812,30 +810,22 @@ impl DeviceEngine {
             due
         };
         due.sort_by_key(|(d, s)| (*d, s.id));
-        let tape_driven = limits.policy != PolicyKind::Lru;
-        let headroom = match (tape_driven, due.last()) {
-            (true, Some((furthest, _))) => plan.headroom_curve(now, furthest + 1),
-            _ => Vec::new(),
+        let headroom = match due.last() {
+            Some((furthest, _)) => plan.headroom_curve(now, furthest + 1),
+            None => return None,
         };
         let budget = limits.budget.unwrap_or(u64::MAX);
         let mut used = self.device_committed();
-        let mut shortfall = 0u64;
         for (d, spilled) in due {
-            let ceiling = match headroom.get(d as usize).or(headroom.last()) {
-                Some(&ahead) if tape_driven => budget.saturating_sub(ahead),
-                _ => limits.high_water,
-            };
+            let ahead = headroom.get(d as usize).or(headroom.last()).copied();
+            let ceiling = budget.saturating_sub(ahead.unwrap_or(0));
             if used + spilled.bytes > ceiling {
-                if tape_driven {
-                    // Room for the soonest one left out is made by evicting tensors used after
-                    // it; the later ones wait for their turn.
-                    return Some(Room {
-                        level: ceiling.saturating_sub(spilled.bytes),
-                        beyond: Some(placement.absolute(d)),
-                    });
-                }
-                shortfall += spilled.bytes;
-                continue;
+                // Room for the soonest one left out is made by evicting tensors used after it;
+                // the later ones wait for their turn.
+                return Some(Room {
+                    level: ceiling.saturating_sub(spilled.bytes),
+                    beyond: placement.absolute(d),
+                });
             }
             let Some(victim) = lock(&self.index).start_flight(spilled.id) else {
                 continue;
@@ -865,10 +855,7 @@ impl DeviceEngine {
                 self.run_job(job);
             }
         }
-        (shortfall > 0).then(|| Room {
-            level: point.target.saturating_sub(shortfall),
-            beyond: None,
-        })
+        None
     }
 
     /// Runs one worker job.
@@ -890,7 +877,8 @@ impl DeviceEngine {
                 // A slice at a time, so that prefetches queued meanwhile go first.
                 let mut outcome = self.evict_until_within(target, SETTLE_SLICE_BYTES, None);
                 if let (Eviction::Reached, Some(room)) = (outcome, room) {
-                    outcome = self.evict_until_within(room.level, SETTLE_SLICE_BYTES, room.beyond);
+                    outcome =
+                        self.evict_until_within(room.level, SETTLE_SLICE_BYTES, Some(room.beyond));
                 }
                 if outcome == Eviction::Sliced {
                     // Still marked queued: the rest goes behind whatever came meanwhile.
@@ -926,13 +914,14 @@ impl DeviceEngine {
     ///
     /// Before a plan exists: above the high watermark (the preset's spill threshold), down to
     /// the low one (its cache ratio), leaving headroom so that the next ops rarely wait for an
-    /// eviction. With a plan (and a tape-driven policy) the tape corrects those guesses: the
-    /// recorded step says how many bytes the next ops will add (as many as a move takes to
-    /// land), so the device is kept exactly that far under the budget. Any more headroom would only move bytes the step still
-    /// needs (Belady's MIN evicts only when an op needs the room).
+    /// eviction. With a plan the tape corrects those guesses (under every policy: the policy
+    /// picks the victims, the plan says how much room is needed): the recorded step says how
+    /// many bytes the next ops will add (as many ops as a move takes to land), and the device is
+    /// kept exactly that far under the budget. Any more headroom would only move bytes the step
+    /// still needs (Belady's MIN evicts only when an op needs the room).
     fn settle_point(&self, limits: &Limits) -> SettlePoint {
         let planned = match (limits.budget, self.plan()) {
-            (Some(budget), Some(plan)) if limits.planning() && limits.policy != PolicyKind::Lru => {
+            (Some(budget), Some(plan)) if limits.planning() => {
                 // As far ahead as a move takes to land: an eviction for an op further away
                 // can still run after this one, when it is known to be needed.
                 let (_, now) = self.recorder.position();
@@ -1002,7 +991,7 @@ impl DeviceEngine {
             return;
         }
         let start = Instant::now();
-        self.evict_until_within(room.level, u64::MAX, room.beyond);
+        self.evict_until_within(room.level, u64::MAX, Some(room.beyond));
         if !on_worker() {
             self.ledger.on_stall(start.elapsed());
         }
