@@ -1018,8 +1018,9 @@ impl DeviceEngine {
             if candidates.is_empty() {
                 return Eviction::Stuck;
             }
-            let mut moved = Vec::new();
-            let mut batch: Vec<&Candidate> = Vec::new();
+            let mut moved = Vec::with_capacity(candidates.len());
+            let mut batch: Vec<&Candidate> = Vec::with_capacity(candidates.len());
+            tried.reserve(candidates.len());
             let mut batch_bytes = 0u64;
             let mut yielded = false;
             for (i, c) in candidates.iter().enumerate() {
