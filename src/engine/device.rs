@@ -1178,14 +1178,22 @@ impl DeviceEngine {
         lock(&self.index).upgrade(picked)
     }
 
-    /// What bringing a tensor back from where a victim of `tier` goes costs.
+    /// What bringing a tensor back from where a victim of `tier` goes costs, as measured.
     fn restore_bandwidth(&self, tier: Tier) -> Bandwidth {
         let (direction, fallback) = match tier {
             Tier::Device => (Direction::HostToDevice, Bandwidth::HOST_DEFAULT),
             _ => (Direction::DiskToDevice, Bandwidth::DISK_DEFAULT),
         };
         let moves = self.ledger.moves(direction);
-        Bandwidth::measured(moves.bytes, moves.time, fallback)
+        let mut bandwidth = Bandwidth::measured(moves.bytes, moves.time, fallback);
+        // The fixed cost of a transfer is at most what the fastest one took (on a CPU backend a
+        // restore is a buffer handover, far below a PCIe round trip).
+        if moves.count >= MEASURED_MOVES
+            && let Some(fastest) = self.ledger.fastest_move(direction)
+        {
+            bandwidth.latency = bandwidth.latency.min(fastest);
+        }
+        bandwidth
     }
 
     fn spill_host_overflow(&self, limits: &Limits) {

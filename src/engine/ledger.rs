@@ -67,6 +67,9 @@ struct MoveCounter {
     count: AtomicU64,
     bytes: AtomicU64,
     nanos: AtomicU64,
+    /// `u64::MAX` less the fastest move's nanoseconds (0: none yet), so that `fetch_max` keeps
+    /// the fastest.
+    fastest_complement: AtomicU64,
 }
 
 impl MoveCounter {
@@ -182,6 +185,17 @@ impl Ledger {
         self.moves[direction as usize].snapshot()
     }
 
+    /// The fastest single move measured in `direction`: about the fixed cost of one transfer.
+    pub fn fastest_move(&self, direction: Direction) -> Option<Duration> {
+        match self.moves[direction as usize]
+            .fastest_complement
+            .load(Ordering::Relaxed)
+        {
+            0 => None,
+            complement => Some(Duration::from_nanos(u64::MAX - complement)),
+        }
+    }
+
     /// Records a move between tiers.
     pub fn on_move(&self, direction: Direction, bytes: u64, role: TensorRole, took: Duration) {
         let (from, to) = direction.tiers();
@@ -190,10 +204,9 @@ impl Ledger {
         let counter = &self.moves[direction as usize];
         counter.count.fetch_add(1, Ordering::Relaxed);
         counter.bytes.fetch_add(bytes, Ordering::Relaxed);
-        counter.nanos.fetch_add(
-            took.as_nanos().min(u64::MAX as u128) as u64,
-            Ordering::Relaxed,
-        );
+        let nanos = took.as_nanos().min(u128::from(u64::MAX - 1)) as u64;
+        counter.nanos.fetch_add(nanos, Ordering::Relaxed);
+        raise_peak(&counter.fastest_complement, u64::MAX - nanos);
     }
 
     /// Bytes resident in `tier` now.
@@ -400,5 +413,35 @@ mod tests {
             (0, 0, 0, 0)
         );
         assert!(s.time_moving >= Duration::from_micros(3));
+    }
+
+    #[test]
+    fn the_fastest_move_per_direction_is_kept() {
+        let ledger = Ledger::default();
+        assert_eq!(ledger.fastest_move(Direction::HostToDevice), None);
+        for micros in [7, 2, 5] {
+            ledger.on_create(10, TensorRole::Other);
+            ledger.on_move(
+                Direction::DeviceToHost,
+                10,
+                TensorRole::Other,
+                Duration::ZERO,
+            );
+            ledger.on_move(
+                Direction::HostToDevice,
+                10,
+                TensorRole::Other,
+                Duration::from_micros(micros),
+            );
+        }
+        assert_eq!(
+            ledger.fastest_move(Direction::HostToDevice),
+            Some(Duration::from_micros(2))
+        );
+        assert_eq!(
+            ledger.fastest_move(Direction::DeviceToHost),
+            Some(Duration::ZERO)
+        );
+        assert_eq!(ledger.fastest_move(Direction::DiskToDevice), None);
     }
 }
