@@ -131,6 +131,8 @@ pub struct DeviceEngine {
     /// Bytes on their way to the device (counted there by budget decisions).
     inflight_in: AtomicU64,
     settle_queued: AtomicBool,
+    /// Where the queued eviction job brings the device: set after every op that wants one.
+    settle_goal: Mutex<SettleGoal>,
     /// How many ops a prefetch takes from queueing to arrival, recently at worst (decaying):
     /// every trigger moves that much earlier.
     transfer_ops: AtomicU32,
@@ -181,6 +183,15 @@ impl Placement {
     fn due(&self, key: Option<KeyAt>) -> Option<u64> {
         self.due_of(self.plan.next_use(key?, self.step, self.now))
     }
+}
+
+/// What the eviction job on the transfer worker works toward: the latest op's wish.
+#[derive(Debug, Clone, Copy, Default)]
+struct SettleGoal {
+    target: u64,
+    room: Option<Room>,
+    /// Bumped at every change, so that a goal set while the job finished is not lost.
+    generation: u64,
 }
 
 /// Above `trigger` device bytes, eviction after an op brings the device down to `target`.
@@ -731,14 +742,22 @@ impl DeviceEngine {
                 if let Some(room) = room {
                     self.make_room_for(room);
                 }
-            } else if !self.settle_queued.swap(true, Ordering::AcqRel) {
+            } else {
                 let target = if committed > point.trigger {
                     point.target
                 } else {
                     u64::MAX
                 };
-                self.transfers
-                    .submit(self, Lane::Transfer, Job::Settle { target, room });
+                {
+                    // A job already queued takes the new goal when it runs.
+                    let mut goal = lock(&self.settle_goal);
+                    goal.target = target;
+                    goal.room = room;
+                    goal.generation += 1;
+                }
+                if !self.settle_queued.swap(true, Ordering::AcqRel) {
+                    self.transfers.submit(self, Lane::Transfer, Job::Settle);
+                }
             }
         }
         self.queue_overflow(&limits);
@@ -873,19 +892,25 @@ impl DeviceEngine {
                 lock(&self.index).end_flight(id, arrived, tick);
                 self.inflight_in.fetch_sub(bytes, Ordering::Relaxed);
             }
-            Job::Settle { target, room } => {
+            Job::Settle => {
+                let goal = *lock(&self.settle_goal);
                 // A slice at a time, so that prefetches queued meanwhile go first.
-                let mut outcome = self.evict_until_within(target, SETTLE_SLICE_BYTES, None);
-                if let (Eviction::Reached, Some(room)) = (outcome, room) {
+                let mut outcome = self.evict_until_within(goal.target, SETTLE_SLICE_BYTES, None);
+                if let (Eviction::Reached, Some(room)) = (outcome, goal.room) {
                     outcome =
                         self.evict_until_within(room.level, SETTLE_SLICE_BYTES, Some(room.beyond));
                 }
                 if outcome == Eviction::Sliced {
                     // Still marked queued: the rest goes behind whatever came meanwhile.
-                    self.transfers
-                        .submit(self, Lane::Transfer, Job::Settle { target, room });
+                    self.transfers.submit(self, Lane::Transfer, Job::Settle);
                 } else {
                     self.settle_queued.store(false, Ordering::Release);
+                    // A goal set while this ran, which found the job queued, is not lost.
+                    if lock(&self.settle_goal).generation != goal.generation
+                        && !self.settle_queued.swap(true, Ordering::AcqRel)
+                    {
+                        self.transfers.submit(self, Lane::Transfer, Job::Settle);
+                    }
                 }
                 self.queue_overflow(&self.limits());
             }

@@ -30,11 +30,9 @@ pub(crate) enum Job {
         /// The step and position when it was queued, to learn how many ops a transfer takes.
         queued_at: (u64, u32),
     },
-    /// Evict until the device holds at most `target` bytes, then make `room` for a prefetch.
-    Settle {
-        target: u64,
-        room: Option<super::device::Room>,
-    },
+    /// Evict toward the engine's latest settle goal (which later ops may lower while this job
+    /// waits).
+    Settle,
     /// Move the host tier's overflow to disk.
     Overflow,
 }
@@ -52,9 +50,10 @@ pub(crate) enum Lane {
 /// eviction after an op only restores headroom.
 #[derive(Default)]
 struct Queue {
-    /// Jobs with the time they were queued.
-    urgent: VecDeque<(Job, Instant)>,
-    background: VecDeque<(Job, Instant)>,
+    /// Jobs with the time they were queued when that woke the worker (a job queued behind
+    /// others waits for them, not for the hand-off).
+    urgent: VecDeque<(Job, Option<Instant>)>,
+    background: VecDeque<(Job, Option<Instant>)>,
     started: bool,
     /// The worker is waiting for a job: only then is it woken (a wake is a system call).
     idle: bool,
@@ -71,8 +70,8 @@ impl Worker {
         self.queue.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// The next job and when it was queued, waiting for one.
-    fn next(&self) -> (Job, Instant) {
+    /// The next job and when it was queued if that woke the worker, waiting for one.
+    fn next(&self) -> (Job, Option<Instant>) {
         let mut queue = self.lock();
         loop {
             if let Some(job) = queue.urgent.pop_front() {
@@ -95,9 +94,9 @@ pub(crate) struct Transfers {
     io: Worker,
     pending: Mutex<u64>,
     idle: Condvar,
-    /// How long a job waits from being queued to starting, in nanoseconds (a running average
-    /// weighting the newest by an eighth): what handing a move to a worker costs the op that
-    /// needs it, which grows when the machine is busy and the worker is scheduled late.
+    /// How long a job that wakes its worker waits from being queued to starting, in
+    /// nanoseconds (a running average weighting the newest by an eighth): what handing a move
+    /// to a worker costs, which grows when the machine is busy and the worker is scheduled late.
     handoff_nanos: AtomicU64,
 }
 
@@ -120,7 +119,8 @@ impl Transfers {
         *self.lock_pending() += 1;
         let worker = self.worker(lane);
         let mut queue = worker.lock();
-        let queued = (job, Instant::now());
+        let wake = std::mem::take(&mut queue.idle);
+        let queued = (job, wake.then(Instant::now));
         match queued.0 {
             Job::Prefetch { .. } => queue.urgent.push_back(queued),
             _ => queue.background.push_back(queued),
@@ -129,14 +129,14 @@ impl Transfers {
             queue.started = true;
             spawn(engine.clone(), lane);
         }
-        let wake = std::mem::take(&mut queue.idle);
         drop(queue);
         if wake {
             worker.ready.notify_one();
         }
     }
 
-    /// The measured wait from queueing a job to its start (zero before any job ran).
+    /// The measured wait from queueing a job that wakes its worker to the job's start (zero
+    /// before any job ran).
     pub fn handoff_latency(&self) -> Duration {
         Duration::from_nanos(self.handoff_nanos.load(Ordering::Relaxed))
     }
@@ -195,8 +195,10 @@ fn spawn(engine: Arc<DeviceEngine>, lane: Lane) {
         .spawn(move || {
             ON_WORKER.with(|w| w.set(true));
             loop {
-                let (job, queued) = engine.transfers().worker(lane).next();
-                engine.transfers().learn_handoff(queued.elapsed());
+                let (job, woke_at) = engine.transfers().worker(lane).next();
+                if let Some(queued) = woke_at {
+                    engine.transfers().learn_handoff(queued.elapsed());
+                }
                 if let Err(panic) = catch_unwind(AssertUnwindSafe(|| engine.run_job(job))) {
                     let what = panic
                         .downcast_ref::<String>()
