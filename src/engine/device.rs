@@ -684,10 +684,7 @@ impl DeviceEngine {
     /// bandwidth x compute time is saturated (logged, and counted in the step stats).
     fn check_windows(&self, tape: &crate::tape::StepTape) {
         let limits = self.limits();
-        let capacity = match limits.budget {
-            Some(budget) => budget,
-            _ => limits.high_water,
-        };
+        let capacity = limits.budget.unwrap_or(limits.high_water);
         let (replay, moved) = crate::policy::simulate::replay_per_op(tape, capacity, limits.policy);
         let windows = crate::policy::windows::cut(
             tape,
@@ -1506,8 +1503,7 @@ impl DeviceEngine {
     pub fn restored(&self, id: TensorId) {
         let tick = self.tick.fetch_add(1, Ordering::Relaxed);
         let mut index = lock(&self.index);
-        index.set_tier(id, Tier::Device);
-        index.touch(id, tick);
+        index.arrived(id, tick);
     }
 
     /// Accounts for a dropped tensor's bytes wherever they were, freeing its spill record.

@@ -174,6 +174,14 @@ impl Index {
         self.enqueue(id, tier);
     }
 
+    /// Marks a tensor back on the device and used at `tick` (one place in the queue, not two).
+    pub fn arrived(&mut self, id: TensorId, tick: u64) {
+        if let Some(entry) = self.entries.get_mut(&id) {
+            entry.last_use = tick;
+            self.set_tier(id, Tier::Device);
+        }
+    }
+
     pub fn set_tier(&mut self, id: TensorId, tier: Tier) {
         let Some(entry) = self.entries.get_mut(&id) else {
             return;
@@ -335,8 +343,7 @@ impl Index {
         entry.in_flight = false;
         if arrived {
             entry.prefetched = true;
-            self.set_tier(id, Tier::Device);
-            self.touch(id, tick);
+            self.arrived(id, tick);
         }
     }
 
