@@ -116,6 +116,7 @@ pub struct SpillConfig {
     prefetch_window: usize,
     tape_resample_steps: u64,
     asynchronous: bool,
+    pool_cleanup_margin_bytes: Option<u64>,
 }
 
 impl Default for SpillConfig {
@@ -133,6 +134,7 @@ impl Default for SpillConfig {
             prefetch_window: 0,
             tape_resample_steps: 100,
             asynchronous: true,
+            pool_cleanup_margin_bytes: None,
         }
     }
 }
@@ -272,6 +274,22 @@ impl SpillConfig {
     /// See [`asynchronous`](Self::asynchronous).
     pub fn is_asynchronous(&self) -> bool {
         self.asynchronous
+    }
+
+    /// On backends whose allocator reports its pool (CubeCL: wgpu, CUDA), free pages are
+    /// returned to the driver once the pool reserves more than this many bytes beyond those in
+    /// use (default: a tenth of the budget, at least 1 MiB). A spilled byte is only saved on a
+    /// GPU once its page goes back: an out-of-memory is about reserved bytes, not used ones.
+    /// Smaller margins return pages more often, at the cost of reallocating them.
+    pub fn pool_cleanup_margin_bytes(mut self, bytes: u64) -> Self {
+        self.pool_cleanup_margin_bytes = Some(bytes);
+        self
+    }
+
+    /// See [`pool_cleanup_margin_bytes`](Self::pool_cleanup_margin_bytes) (`None` = the
+    /// default, a tenth of the budget, at least 1 MiB).
+    pub fn get_pool_cleanup_margin_bytes(&self) -> Option<u64> {
+        self.pool_cleanup_margin_bytes
     }
 
     /// Once steps repeat, the tape only verifies each step's op sequence and records one step

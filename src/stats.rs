@@ -95,6 +95,35 @@ pub struct SpillStats {
     pub batched_evictions: u64,
     /// What the last finished step did (`None` before the tape has cut a step).
     pub last_step: Option<StepStats>,
+    /// The inner allocator's own figures, where the backend reports them (CubeCL: wgpu, CUDA);
+    /// `None` elsewhere. The tiers above count tensors' bytes; this is what the device holds.
+    pub pool: Option<PoolStats>,
+}
+
+/// The inner backend's memory pool as its allocator reports it, summed over every stream
+/// burn-spill's threads used on the device.
+///
+/// `reserved` is what runs a GPU out of memory: pages the allocator holds from the driver,
+/// whether tensors use them or not. Peaks are the highest readings: the pool is read when the
+/// device's bytes moved by the cleanup margin, at step boundaries and for every `stats()`, so
+/// the reserved peak is exact up to the growth since the last reading, the in-use peak within
+/// one margin (see `SpillConfig::pool_cleanup_margin_bytes`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PoolStats {
+    /// Bytes in live allocations now.
+    pub in_use: u64,
+    /// Bytes reserved from the driver now.
+    pub reserved: u64,
+    /// The highest in-use reading since the peaks were last reset.
+    pub peak_in_use: u64,
+    /// The highest reserved reading since the peaks were last reset.
+    pub peak_reserved: u64,
+    /// Streams (queues) summed.
+    pub streams: u32,
+    /// Cleanups burn-spill asked of the allocator.
+    pub cleanups: u64,
+    /// Reserved bytes those cleanups returned to the driver.
+    pub returned_bytes: u64,
 }
 
 impl SpillStats {

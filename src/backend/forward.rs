@@ -255,9 +255,11 @@ macro_rules! forward_ops {
                 let mut op = $crate::backend::op_scope::OpScope::<B>::new(stringify!($name));
                 $( $crate::backend::forward::spill_note!($kind, $arg, op); )*
                 op.begin();
-                let result = <B as $ops<B>>::$name(
-                    $( $crate::backend::forward::spill_unwrap!($kind, $arg, op) ),*
-                );
+                $( let $arg = $crate::backend::forward::spill_unwrap!($kind, $arg, op); )*
+                // On lazy backends no worker may touch a primitive while `B` registers the op.
+                let exclusive = op.exclusive();
+                let result = <B as $ops<B>>::$name( $( $arg ),* );
+                drop(exclusive);
                 let out = $crate::backend::forward::spill_wrap!($out, result, op);
                 drop(op);
                 out

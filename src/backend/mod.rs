@@ -1,12 +1,15 @@
 //! The Burn 0.21 adapter: the only place that names Burn's backend and ops traits.
 
 mod batch;
+#[cfg(any(feature = "wgpu", feature = "cuda"))]
+mod cubecl;
 pub(crate) mod device;
 pub(crate) mod forward;
 mod host;
 mod layout;
 pub(crate) mod op_scope;
 mod ops;
+pub(crate) mod queues;
 pub(crate) mod tensor;
 
 use std::fmt;
@@ -16,10 +19,10 @@ use std::path::PathBuf;
 use burn_backend::{Backend, BackendTypes, DType, DTypeUsageSet, ExecutionError, TensorData};
 
 use crate::config::{DeviceBudget, SpillConfig};
-use crate::engine::{DeviceEngine, Limits, LiveSummary, engine_for};
+use crate::engine::{DeviceEngine, Limits, LiveSummary};
 use crate::tape::{StepAnalysis, StepTape, TapeCounters, TapeFormat};
 use crate::{SpillError, SpillStats};
-use device::{PersistentScope, device_key, device_memory_bytes};
+use device::{PersistentScope, device_memory_bytes};
 use std::sync::Arc;
 use tensor::SpillTensor;
 
@@ -47,7 +50,7 @@ pub struct SpillBackend<B: Backend> {
 
 impl<B: Backend> SpillBackend<B> {
     fn engine(device: &B::Device) -> Arc<DeviceEngine> {
-        engine_for(device_key::<B>(device))
+        queues::engine_with_queues::<B>(device)
     }
 
     /// Sets the budget and tiers of `device`, after applying the `BURN_SPILL_*` environment
@@ -76,6 +79,7 @@ impl<B: Backend> SpillBackend<B> {
                 let memory = config
                     .get_device_memory_bytes()
                     .or_else(|| device_memory_bytes::<B>(device))
+                    .or_else(|| Self::engine(device).queues().total_memory())
                     .ok_or_else(|| SpillError::DeviceMemoryUnknown {
                         fraction,
                         backend: B::name(device),
@@ -93,6 +97,9 @@ impl<B: Backend> SpillBackend<B> {
             policy: config.get_policy(),
             prefetch_window: u32::try_from(config.get_prefetch_window()).unwrap_or(u32::MAX),
             asynchronous: config.is_asynchronous(),
+            pool_margin: config
+                .get_pool_cleanup_margin_bytes()
+                .unwrap_or_else(|| crate::policy::pool::default_margin(budget.unwrap_or(0))),
         };
         let engine = Self::engine(device);
         engine.apply(limits, config.get_spill_dir().map(PathBuf::as_path))?;
@@ -110,7 +117,7 @@ impl<B: Backend> SpillBackend<B> {
     /// Lowers the peaks reported by [`stats`](Self::stats) to the current resident bytes, to
     /// measure one phase (say, the steps after a warm-up step).
     pub fn reset_peaks(device: &B::Device) {
-        Self::engine(device).ledger().reset_peaks()
+        Self::engine(device).reset_peaks()
     }
 
     /// The spill file of `device`, once the disk tier exists.
@@ -275,7 +282,10 @@ impl<B: Backend> Backend for SpillBackend<B> {
         })
     }
 
+    /// Returns the inner pool's free pages on every stream burn-spill's threads used on the
+    /// device (CubeCL cleans only the calling thread's stream), then `B`'s own cleanup.
     fn memory_cleanup(device: &Self::Device) {
+        Self::engine(device).return_pool_pages();
         B::memory_cleanup(device)
     }
 

@@ -189,6 +189,13 @@ impl<B: Backend> OpScope<B> {
         }
     }
 
+    /// The device's exclusive-work lock while `B` runs the op, on backends that need one
+    /// (see [`DeviceQueues::exclusive`](crate::engine::DeviceQueues::exclusive)). Only a
+    /// device with a budget has workers to exclude.
+    pub(crate) fn exclusive(&self) -> Option<crate::engine::ExclusiveWork> {
+        self.engine.as_ref()?.queues().exclusive()
+    }
+
     /// The primitive of an input, restored if it was spilled.
     pub(crate) fn take(&mut self, tensor: SpillTensor<B>) -> Primitive<B> {
         let (primitive, retired) = tensor.take_primitive();

@@ -12,12 +12,12 @@ use burn_backend::quantization::QuantScheme;
 use burn_backend::{Backend, DType, QTensorPrimitive, Shape, TensorData, TensorMetadata};
 use burn_std::quantization::{QuantAcc, QuantPropagation};
 
-use super::device::{device_key, persistent_allocation_active};
+use super::device::persistent_allocation_active;
 use super::host::{HostTensor, read_to_host};
 use super::layout::round_trips_exactly;
 use super::op_scope::OpScope;
 use crate::engine::{
-    DeviceEngine, Residency, Slot, SlotInfo, Spillable, TensorId, TensorRole, Tier, engine_for,
+    DeviceEngine, Residency, Slot, SlotInfo, Spillable, TensorId, TensorRole, Tier,
 };
 
 static NEXT_ID: AtomicU64 = AtomicU64::new(1);
@@ -234,6 +234,8 @@ impl<B: Backend> Handle<B> {
 
 impl<B: Backend> Drop for Handle<B> {
     fn drop(&mut self) {
+        // Dropping a lazy backend's primitive may register a free (see `DeviceQueues::exclusive`).
+        let _exclusive = self.engine.queues().exclusive();
         let state = std::mem::replace(self.state.get_mut(), Residency::Taken);
         self.engine
             .drop_slot(state, self.bytes, self.role, self.evictable);
@@ -248,6 +250,7 @@ impl<B: Backend> Drop for Handle<B> {
 
 impl<B: Backend> Spillable for Handle<B> {
     fn evict_to_host(&self, engine: &DeviceEngine) -> bool {
+        let _exclusive = engine.queues().exclusive();
         engine.evict_slot(&self.state, self.info(""), |primitive| {
             read_to_host::<B>(primitive, self.dtype, &self.shape)
         })
@@ -259,6 +262,7 @@ impl<B: Backend> Spillable for Handle<B> {
     }
 
     fn evict_batch(&self, batch: &[Arc<dyn Spillable>], engine: &DeviceEngine) -> Vec<bool> {
+        let _exclusive = engine.queues().exclusive();
         super::batch::evict_batch::<B>(batch, engine)
     }
 
@@ -271,7 +275,10 @@ impl<B: Backend> Spillable for Handle<B> {
         engine.prefetch_slot(
             &self.state,
             self.info(&meta),
-            |host| self.upload(host),
+            |host| {
+                let _exclusive = engine.queues().exclusive();
+                self.upload(host)
+            },
             |len| HostTensor::zeroed(len, self.shape.clone(), self.dtype),
         )
     }
@@ -364,7 +371,9 @@ impl<B: Backend> SpillTensor<B> {
         } else {
             TensorRole::Other
         };
-        let engine = engine_for(device_key::<B>(&device));
+        let engine = super::queues::engine_with_queues::<B>(&device);
+        // The thread that creates a tensor holds it in its stream's pool (CubeCL).
+        engine.note_thread();
         engine.ledger().on_create(bytes, role);
         let evictable = round_trips_exactly(&primitive);
         if !evictable {
@@ -496,6 +505,23 @@ impl<B: Backend> SpillTensor<B> {
         op.input(&self);
         op.begin();
         take(&mut op, self)
+    }
+
+    /// Runs `read`, a read of this tensor's inner primitive by `B`, to completion now under the
+    /// device's exclusive-work lock on backends that need one (their reads register work whose
+    /// clone counts a worker must not change meanwhile); lazily otherwise, as `B` would.
+    pub(crate) fn ordered_read<T: Send + 'static>(
+        engine: &DeviceEngine,
+        read: impl FnOnce() -> std::pin::Pin<Box<dyn Future<Output = T> + Send>>,
+    ) -> std::pin::Pin<Box<dyn Future<Output = T> + Send>> {
+        match engine.queues().exclusive() {
+            Some(exclusive) => {
+                let value = burn_std::future::block_on(read());
+                drop(exclusive);
+                Box::pin(std::future::ready(value))
+            }
+            None => read(),
+        }
     }
 
     pub(crate) fn into_float(self) -> B::FloatTensorPrimitive {

@@ -14,12 +14,14 @@ use std::collections::HashSet;
 use std::hash::{Hash, Hasher};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, RwLock, Weak};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, RwLock, Weak};
 use std::time::{Duration, Instant};
 
 use super::disk::{DiskRecord, DiskStore};
 use super::index::{Candidate, Index, Spillable};
 use super::ledger::{Direction, Ledger};
+use super::pool::PoolWatch;
+use super::queues::{DeviceQueues, SingleQueue};
 use super::slot::{Residency, Slot, SlotInfo, TensorId, Tier};
 use super::transfer::{Job, Lane, Transfers, on_worker};
 use crate::SpillError;
@@ -49,6 +51,9 @@ pub struct Limits {
     pub prefetch_window: u32,
     /// Whether evictions after ops, host overflow and prefetches run on the transfer workers.
     pub asynchronous: bool,
+    /// Free pages go back to the driver once the inner pool reserves this many bytes beyond
+    /// those in use (where the backend reports its pool).
+    pub pool_margin: u64,
 }
 
 impl Limits {
@@ -140,6 +145,10 @@ pub struct DeviceEngine {
     steps: Mutex<StepCounters>,
     /// The plan's time windows: how many, and how many are saturated.
     windows: Mutex<(u32, u32)>,
+    /// The inner backend's device queues, installed by the adapter on first use.
+    queues: OnceLock<Arc<dyn DeviceQueues>>,
+    /// The inner allocator's figures and cleanups.
+    pool: PoolWatch,
 }
 
 /// Counters at the start of the current step, to report the step's own numbers.
@@ -258,10 +267,64 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
+thread_local! {
+    /// The engine whose queues last noted this thread's queue (most threads use one device).
+    static NOTED: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
+
 impl DeviceEngine {
     /// The counters.
     pub fn ledger(&self) -> &Ledger {
         &self.ledger
+    }
+
+    /// Installs the inner backend's queues unless some are installed already.
+    pub fn install_queues(&self, make: impl FnOnce() -> Arc<dyn DeviceQueues>) {
+        self.queues.get_or_init(make);
+    }
+
+    /// The inner backend's device queues (one queue until the adapter installs them).
+    pub fn queues(&self) -> &dyn DeviceQueues {
+        static SINGLE: SingleQueue = SingleQueue;
+        match self.queues.get() {
+            Some(queues) => queues.as_ref(),
+            None => &SINGLE,
+        }
+    }
+
+    /// Remembers the calling thread's device queue as one holding this device's tensors (once
+    /// per thread while it keeps to this device).
+    pub fn note_thread(&self) {
+        let me = self as *const Self as usize;
+        if NOTED.with(|n| n.replace(me)) != me {
+            self.queues().note_current();
+        }
+    }
+
+    /// Reads the inner pool and returns its free pages if it holds more than the margin
+    /// beyond what is in use.
+    fn check_pool(&self) {
+        let limits = self.limits();
+        if limits.budget.is_some() {
+            self.pool.check(
+                self.ledger.resident(Tier::Device),
+                limits.pool_margin,
+                self.queues(),
+            );
+        }
+    }
+
+    /// Returns every free page of the inner pool to the driver, on every queue this device's
+    /// threads used, once the workers are idle (`SpillBackend::memory_cleanup`).
+    pub fn return_pool_pages(&self) {
+        self.quiesce();
+        self.pool.cleanup_now(self.queues());
+    }
+
+    /// Lowers the ledger's and the pool's peaks to what is held now.
+    pub fn reset_peaks(&self) {
+        self.ledger.reset_peaks();
+        self.pool.reset_peaks(self.queues());
     }
 
     /// The tape recorder of this device.
@@ -285,6 +348,7 @@ impl DeviceEngine {
         if self.limits().planning() {
             self.step_changed(self.recorder.position().0);
         }
+        self.check_pool();
     }
 
     /// Closes the current marked step. Without a matching `step_begin` it only warns: the tape
@@ -354,7 +418,7 @@ impl DeviceEngine {
         self.tracking
             .store(limits.budget.is_some(), Ordering::Relaxed);
         *self.limits.write().unwrap_or_else(|e| e.into_inner()) = limits;
-        self.ledger.reset_peaks();
+        self.reset_peaks();
         self.settle();
         Ok(())
     }
@@ -367,6 +431,7 @@ impl DeviceEngine {
             device_budget_bytes: limits.budget,
             host_limit_bytes: limits.host_limit,
             last_step: self.last_step_stats(),
+            pool: self.pool.stats(self.queues()),
             ..self.ledger.stats()
         }
     }
@@ -716,6 +781,11 @@ impl DeviceEngine {
         if limits.budget.is_none() {
             return;
         }
+        self.pool.after_op(
+            self.ledger.resident(Tier::Device),
+            limits.pool_margin,
+            self.queues(),
+        );
         let point = self.settle_point(&limits);
         let room = if limits.planning() && limits.prefetch_window > 0 {
             self.prefetch_ahead(&limits)

@@ -332,6 +332,7 @@ impl Ledger {
             eviction_batches: self.batches.load(Ordering::Relaxed),
             batched_evictions: self.batched_tensors.load(Ordering::Relaxed),
             last_step: None,
+            pool: None,
         }
     }
 }

@@ -4,8 +4,10 @@
 //! Ops hand them jobs and go on; a job's bytes are marked in flight in the tensor's slot, and an
 //! op that needs them waits for them (counted as stall time). Workers take a tensor's lock only
 //! to swap its state, never while copying, and never call into Autodiff: they work on the inner
-//! backend's primitives only. On CubeCL backends a worker thread gets its own stream, because
-//! CubeCL keys streams by thread.
+//! backend's primitives only. A job runs on the device queue of the thread that queued it (see
+//! [`super::queues`]): on CubeCL, where every thread has its own stream and memory pool, a
+//! worker's uploads, reads and frees are then ordered with the op thread's queued kernels
+//! exactly as if the op thread had made them.
 //!
 //! Workers start on the first job and live as long as the process (device engines are never
 //! dropped). A job that panics is logged and the worker goes on.
@@ -46,14 +48,21 @@ pub(crate) enum Lane {
     Io,
 }
 
+/// A job as queued: the device queue of the thread that queued it (the job's device work runs
+/// there), and the time it was queued when that woke the worker (a job queued behind others
+/// waits for them, not for the hand-off).
+struct Queued {
+    job: Job,
+    device_queue: u64,
+    woke_at: Option<Instant>,
+}
+
 /// One worker's queue. Prefetches go first: an op is about to need their bytes, while an
 /// eviction after an op only restores headroom.
 #[derive(Default)]
 struct Queue {
-    /// Jobs with the time they were queued when that woke the worker (a job queued behind
-    /// others waits for them, not for the hand-off).
-    urgent: VecDeque<(Job, Option<Instant>)>,
-    background: VecDeque<(Job, Option<Instant>)>,
+    urgent: VecDeque<Queued>,
+    background: VecDeque<Queued>,
     started: bool,
     /// The worker is waiting for a job: only then is it woken (a wake is a system call).
     idle: bool,
@@ -70,8 +79,8 @@ impl Worker {
         self.queue.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// The next job and when it was queued if that woke the worker, waiting for one.
-    fn next(&self) -> (Job, Option<Instant>) {
+    /// The next job, waiting for one.
+    fn next(&self) -> Queued {
         let mut queue = self.lock();
         loop {
             if let Some(job) = queue.urgent.pop_front() {
@@ -120,8 +129,12 @@ impl Transfers {
         let worker = self.worker(lane);
         let mut queue = worker.lock();
         let wake = std::mem::take(&mut queue.idle);
-        let queued = (job, wake.then(Instant::now));
-        match queued.0 {
+        let queued = Queued {
+            job,
+            device_queue: engine.queues().current(),
+            woke_at: wake.then(Instant::now),
+        };
+        match queued.job {
             Job::Prefetch { .. } => queue.urgent.push_back(queued),
             _ => queue.background.push_back(queued),
         }
@@ -195,11 +208,20 @@ fn spawn(engine: Arc<DeviceEngine>, lane: Lane) {
         .spawn(move || {
             ON_WORKER.with(|w| w.set(true));
             loop {
-                let (job, woke_at) = engine.transfers().worker(lane).next();
-                if let Some(queued) = woke_at {
-                    engine.transfers().learn_handoff(queued.elapsed());
+                let queued = engine.transfers().worker(lane).next();
+                if let Some(at) = queued.woke_at {
+                    engine.transfers().learn_handoff(at.elapsed());
                 }
-                if let Err(panic) = catch_unwind(AssertUnwindSafe(|| engine.run_job(job))) {
+                let mut job = Some(queued.job);
+                let mut outcome = Ok(());
+                // Everything the job does on the device, the drop of what it moved included,
+                // runs on the queue of the op thread that queued it.
+                engine.queues().run_on(queued.device_queue, &mut || {
+                    if let Some(job) = job.take() {
+                        outcome = catch_unwind(AssertUnwindSafe(|| engine.run_job(job)));
+                    }
+                });
+                if let Err(panic) = outcome {
                     let what = panic
                         .downcast_ref::<String>()
                         .map(String::as_str)

@@ -4,10 +4,12 @@
 //! - [`victim`]: the policies (LRU, next use, cost aware) as ranks over candidates.
 //! - [`simulate`]: offline replay of a step under a budget (Belady's MIN for reference).
 //! - [`windows`]: the step in windows of ops, each checked against the measured bandwidth.
+//! - [`pool`]: when the inner allocator's free pages go back to the driver.
 //!
 //! Nothing here names a Burn type; everything is unit-tested on synthetic tapes.
 
 pub mod plan;
+pub(crate) mod pool;
 pub mod simulate;
 pub mod victim;
 pub mod windows;

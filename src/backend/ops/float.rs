@@ -151,6 +151,9 @@ impl<B: Backend> FloatTensorOps<Self> for SpillBackend<B> {
     fn float_into_data(
         tensor: SpillTensor<B>,
     ) -> impl Future<Output = Result<TensorData, ExecutionError>> + Send {
-        B::float_into_data(tensor.into_float())
+        let engine = tensor.engine().clone();
+        // Restored first, outside the lock: a prefetch in flight needs the lock to land.
+        let primitive = tensor.into_float();
+        SpillTensor::<B>::ordered_read(&engine, move || Box::pin(B::float_into_data(primitive)))
     }
 }

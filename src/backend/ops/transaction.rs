@@ -11,6 +11,14 @@ impl<B: Backend> TransactionOps<Self> for SpillBackend<B> {
     fn tr_execute(
         transaction: TransactionPrimitive<Self>,
     ) -> impl Future<Output = Result<TransactionPrimitiveData, ExecutionError>> + Send {
+        let engine = transaction
+            .read_floats
+            .iter()
+            .chain(&transaction.read_qfloats)
+            .chain(&transaction.read_ints)
+            .chain(&transaction.read_bools)
+            .next()
+            .map(|t| t.engine().clone());
         let inner = TransactionPrimitive::<B>::new(
             transaction
                 .read_floats
@@ -33,6 +41,11 @@ impl<B: Backend> TransactionOps<Self> for SpillBackend<B> {
                 .map(|t| t.into_bool())
                 .collect(),
         );
-        B::tr_execute(inner)
+        match engine {
+            Some(engine) => {
+                crate::SpillTensor::<B>::ordered_read(&engine, move || Box::pin(B::tr_execute(inner)))
+            }
+            None => Box::pin(B::tr_execute(inner)),
+        }
     }
 }

@@ -1,0 +1,119 @@
+//! Watching the inner allocator's pool: its bytes in use and reserved, now and at peak, and
+//! returning free pages to the driver when the pool holds more than it needs.
+//!
+//! Reading the pool is a round trip to the backend's device thread (CubeCL also flushes the
+//! queue it reads), so it is not done per op. The ledger's device bytes say when it is worth
+//! it: the pool can only hold pages it no longer needs after the device's bytes fell from a
+//! high, and its in-use peak can only grow while they rise. So the pool is read when the
+//! device's bytes fell by the margin below their last high (then pages are returned if the
+//! pool reserves more than the margin beyond what is in use), when they rose by the margin
+//! above the last reading, at step boundaries and when stats are read. Reserved bytes only
+//! grow between two cleanups, and every cleanup is preceded by a reading, so the reserved peak
+//! is exact up to the growth since the last reading; the in-use peak is within one margin.
+
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use super::queues::{DeviceQueues, PoolUsage};
+use crate::policy::pool::worth_returning_pages;
+use crate::stats::PoolStats;
+
+#[derive(Debug, Default)]
+struct Readings {
+    last: Option<PoolUsage>,
+    peak_in_use: u64,
+    peak_reserved: u64,
+    cleanups: u64,
+    /// Bytes a cleanup gave back (reserved before less reserved after), over all cleanups.
+    returned: u64,
+}
+
+/// The pool figures of one device and when to read them.
+#[derive(Debug, Default)]
+pub(crate) struct PoolWatch {
+    readings: Mutex<Readings>,
+    /// The ledger's device bytes at the last reading, and the highest since.
+    at_reading: AtomicU64,
+    high_since: AtomicU64,
+}
+
+impl PoolWatch {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Readings> {
+        self.readings.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// After an op with `device` bytes on the ledger: reads the pool (and returns pages) when
+    /// the bytes moved by `margin` since the last reading. Cheap otherwise: two atomics.
+    pub fn after_op(&self, device: u64, margin: u64, queues: &dyn DeviceQueues) {
+        let high = self.high_since.fetch_max(device, Ordering::Relaxed).max(device);
+        let fell = high.saturating_sub(device) >= margin;
+        let rose = device.saturating_sub(self.at_reading.load(Ordering::Relaxed)) >= margin;
+        if fell || rose {
+            self.check(device, margin, queues);
+        }
+    }
+
+    /// Reads the pool and returns its free pages if it reserves more than `margin` beyond the
+    /// bytes in use.
+    pub fn check(&self, device: u64, margin: u64, queues: &dyn DeviceQueues) {
+        self.at_reading.store(device, Ordering::Relaxed);
+        self.high_since.store(device, Ordering::Relaxed);
+        let Some(before) = self.read(queues) else {
+            return;
+        };
+        if worth_returning_pages(before, margin) {
+            queues.cleanup();
+            if let Some(after) = self.read(queues) {
+                let mut readings = self.lock();
+                readings.cleanups += 1;
+                readings.returned += before.reserved.saturating_sub(after.reserved);
+            }
+        }
+    }
+
+    /// Returns free pages whatever the margin (`SpillBackend::memory_cleanup`).
+    pub fn cleanup_now(&self, queues: &dyn DeviceQueues) {
+        let before = self.read(queues);
+        queues.cleanup();
+        let after = self.read(queues);
+        if let (Some(before), Some(after)) = (before, after) {
+            let mut readings = self.lock();
+            readings.cleanups += 1;
+            readings.returned += before.reserved.saturating_sub(after.reserved);
+        }
+    }
+
+    /// One reading, folded into the peaks.
+    pub fn read(&self, queues: &dyn DeviceQueues) -> Option<PoolUsage> {
+        let usage = queues.usage()?;
+        let mut readings = self.lock();
+        readings.peak_in_use = readings.peak_in_use.max(usage.in_use);
+        readings.peak_reserved = readings.peak_reserved.max(usage.reserved);
+        readings.last = Some(usage);
+        Some(usage)
+    }
+
+    /// Lowers the peaks to a fresh reading.
+    pub fn reset_peaks(&self, queues: &dyn DeviceQueues) {
+        let usage = queues.usage();
+        let mut readings = self.lock();
+        readings.peak_in_use = usage.map_or(0, |u| u.in_use);
+        readings.peak_reserved = usage.map_or(0, |u| u.reserved);
+        readings.last = usage;
+    }
+
+    /// The figures after a fresh reading; `None` where the backend reports no pool.
+    pub fn stats(&self, queues: &dyn DeviceQueues) -> Option<PoolStats> {
+        let now = self.read(queues)?;
+        let readings = self.lock();
+        Some(PoolStats {
+            in_use: now.in_use,
+            reserved: now.reserved,
+            peak_in_use: readings.peak_in_use,
+            peak_reserved: readings.peak_reserved,
+            streams: now.queues,
+            cleanups: readings.cleanups,
+            returned_bytes: readings.returned,
+        })
+    }
+}

@@ -1,0 +1,495 @@
+//! The CubeCL path, on wgpu (Mesa's lavapipe in CI): `SpillBackend<CubeBackend<WgpuRuntime>>`
+//! (unfused) and, with the `fusion` feature, `SpillBackend<Fusion<CubeBackend<..>>>` (what
+//! `burn::backend::Wgpu` is under burn's default features), each against the same plain backend
+//! bit for bit.
+//!
+//! CubeCL gives every thread its own stream and, on wgpu, every stream its own memory pool, and
+//! defers submission: the asynchronous engine's workers must order their device work with the
+//! op thread's queued kernels (`src/engine/queues.rs`). A CPU backend cannot show any of this,
+//! which is why these tests exist beside the Flex ones.
+//!
+//! Every test skips with a printed reason when no wgpu adapter can be opened (no Vulkan driver):
+//! `.ci/run` installs lavapipe, so CI always runs them.
+#![cfg(feature = "wgpu")]
+
+#[path = "../examples/common/small_models.rs"]
+#[allow(dead_code)]
+mod small_models;
+
+use std::sync::{Mutex, MutexGuard};
+
+use burn::backend::Autodiff;
+use burn::backend::wgpu::{CubeBackend, WgpuDevice, WgpuRuntime};
+use burn::tensor::backend::Backend;
+use burn::tensor::{Int, Tensor, TensorData};
+use burn_spill::{PolicyKind, SpillBackend, SpillConfig, SpillStats};
+use proptest::prelude::*;
+use proptest::test_runner::{Config, TestRunner};
+use small_models::{TrainRun, train_cnn_observed, train_gpt_observed};
+
+/// CubeCL without fusion: every op is a kernel launch.
+type Unfused = CubeBackend<WgpuRuntime, f32, i32, u32>;
+/// CubeCL with fusion: ops are queued and fused lazily.
+#[cfg(feature = "fusion")]
+type Fused = burn::backend::Wgpu;
+
+/// One test at a time configures a backend's device (the configuration is process-wide).
+static DEVICE: Mutex<()> = Mutex::new(());
+
+fn exclusive() -> MutexGuard<'static, ()> {
+    DEVICE.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Whether a wgpu adapter opens here; prints why not once.
+fn wgpu_available() -> bool {
+    static AVAILABLE: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *AVAILABLE.get_or_init(|| {
+        let opened = std::panic::catch_unwind(|| {
+            let device = WgpuDevice::default();
+            let x = Tensor::<Unfused, 1>::from_floats([1.0, 2.0], &device);
+            x.into_data().to_vec::<f32>().unwrap()
+        });
+        match opened {
+            Ok(v) if v == [1.0, 2.0] => true,
+            _ => {
+                eprintln!(
+                    "SKIPPED: no wgpu adapter opens on this machine (install a Vulkan driver, \
+                     e.g. `apt-get install mesa-vulkan-drivers libvulkan1`)"
+                );
+                false
+            }
+        }
+    })
+}
+
+/// Resets the device of `B` to unlimited when dropped, also when a test fails.
+struct Reset<B: Backend>(B::Device);
+
+impl<B: Backend> Drop for Reset<B> {
+    fn drop(&mut self) {
+        let _ = SpillBackend::<B>::configure(&self.0, SpillConfig::default());
+    }
+}
+
+fn bits(v: &[f32]) -> Vec<u32> {
+    v.iter().map(|x| x.to_bits()).collect()
+}
+
+fn assert_identical(plain: &TrainRun, spilled: &TrainRun, what: &str) {
+    assert_eq!(bits(&plain.losses), bits(&spilled.losses), "{what}: losses differ");
+    assert_eq!(plain.parameters.len(), spilled.parameters.len());
+    for (i, (p, s)) in plain.parameters.iter().zip(&spilled.parameters).enumerate() {
+        assert!(
+            p.dtype == s.dtype && p.shape == s.shape && p.as_bytes() == s.as_bytes(),
+            "{what}: parameter {i} differs"
+        );
+    }
+}
+
+#[derive(Clone, Copy, Debug)]
+enum Model {
+    Cnn,
+    Gpt,
+}
+
+const STEPS: usize = 8;
+
+/// Batch of the trained models: 32 by default (at 4, every prefetch is cheap enough to run on
+/// the op thread and the workers' ordering goes untested), `CUBECL_BATCH` to change it.
+fn batch() -> usize {
+    std::env::var("CUBECL_BATCH")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(32)
+}
+
+/// Trains `model` on `Autodiff<I>` (a plain backend or a spilled one), with a step marker after
+/// every optimizer step so that the tape plans the next.
+fn train<I: Backend>(model: Model, device: &I::Device, mark: impl Fn()) -> TrainRun {
+    match model {
+        Model::Cnn => train_cnn_observed::<Autodiff<I>>(device, STEPS, batch(), |_| mark()),
+        Model::Gpt => train_gpt_observed::<Autodiff<I>>(device, STEPS, batch(), |_| mark()),
+    }
+}
+
+/// The device peak of the spilled model with no budget.
+fn unlimited_peak<I: Backend>(model: Model, device: &I::Device) -> u64 {
+    SpillBackend::<I>::configure(device, SpillConfig::default()).unwrap();
+    SpillBackend::<I>::reset_peaks(device);
+    train::<SpillBackend<I>>(model, device, || {});
+    SpillBackend::<I>::stats(device).peak.device
+}
+
+/// Trains `model` on plain `I` and on `SpillBackend<I>` at 30% of its peak with the tape and
+/// prefetch on, under every policy, asynchronous and synchronous: all bit-identical.
+fn training_is_exact<I: Backend>(model: Model) -> Vec<(String, SpillStats)> {
+    let device = I::Device::default();
+    let _reset = Reset::<I>(device.clone());
+    let plain = train::<I>(model, &device, || {});
+    let budget = unlimited_peak::<I>(model, &device) * 3 / 10;
+    let preset = match model {
+        Model::Cnn => SpillConfig::cnn(),
+        Model::Gpt => SpillConfig::transformer(),
+    };
+    let mut all = Vec::new();
+    for policy in [PolicyKind::Lru, PolicyKind::NextUse, PolicyKind::CostAware] {
+        for asynchronous in [true, false] {
+            let what = format!("{model:?} at 30% ({budget} B), {policy}, async {asynchronous}");
+            if let Ok(only) = std::env::var("CUBECL_ONLY")
+                && !what.contains(&only)
+            {
+                continue;
+            }
+            let config = preset
+                .clone()
+                .device_budget_bytes(budget)
+                .policy(policy)
+                .asynchronous(asynchronous);
+            SpillBackend::<I>::configure(&device, config).unwrap();
+            let spilled = train::<SpillBackend<I>>(model, &device, || {
+                SpillBackend::<I>::step_begin(&device)
+            });
+            SpillBackend::<I>::step_end(&device);
+            let stats = SpillBackend::<I>::stats(&device);
+            assert!(stats.device_to_host.count > 0, "{what}: nothing was spilled");
+            assert!(stats.prefetches_issued > 0, "{what}: nothing was prefetched");
+            assert_identical(&plain, &spilled, &what);
+            all.push((what, stats));
+        }
+    }
+    all
+}
+
+#[test]
+fn unfused_cnn_trains_bit_identically_at_30_percent() {
+    if !wgpu_available() {
+        return;
+    }
+    let _lock = exclusive();
+    training_is_exact::<Unfused>(Model::Cnn);
+}
+
+#[test]
+fn unfused_gpt_trains_bit_identically_at_30_percent() {
+    if !wgpu_available() {
+        return;
+    }
+    let _lock = exclusive();
+    training_is_exact::<Unfused>(Model::Gpt);
+}
+
+#[cfg(feature = "fusion")]
+#[test]
+fn fused_cnn_trains_bit_identically_at_30_percent() {
+    if !wgpu_available() {
+        return;
+    }
+    let _lock = exclusive();
+    training_is_exact::<Fused>(Model::Cnn);
+}
+
+#[cfg(feature = "fusion")]
+#[test]
+fn fused_gpt_trains_bit_identically_at_30_percent() {
+    if !wgpu_available() {
+        return;
+    }
+    let _lock = exclusive();
+    training_is_exact::<Fused>(Model::Gpt);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Random op programs.
+// ---------------------------------------------------------------------------------------------
+
+/// One instruction over a register file of f32 matrices and i32 vectors.
+#[derive(Debug, Clone)]
+enum Inst {
+    Create { rows: usize, seed: u8 },
+    Exp(usize),
+    Add(usize, usize),
+    MulScalar(usize, i8),
+    Matmul(usize, usize),
+    /// A strided view: a transpose is a stride change on CubeCL.
+    Transpose(usize),
+    Slice(usize),
+    SumDim(usize),
+    Argmax(usize),
+    Clone(usize),
+    /// Drops a register on another thread.
+    DropElsewhere(usize),
+    Read(usize),
+}
+
+fn inst() -> impl Strategy<Value = Inst> {
+    let r = 0usize..16;
+    prop_oneof![
+        2 => (1usize..5, any::<u8>()).prop_map(|(rows, seed)| Inst::Create { rows, seed }),
+        1 => r.clone().prop_map(Inst::Exp),
+        1 => (r.clone(), r.clone()).prop_map(|(a, b)| Inst::Add(a, b)),
+        1 => (r.clone(), any::<i8>()).prop_map(|(a, s)| Inst::MulScalar(a, s)),
+        2 => (r.clone(), r.clone()).prop_map(|(a, b)| Inst::Matmul(a, b)),
+        2 => r.clone().prop_map(Inst::Transpose),
+        1 => r.clone().prop_map(Inst::Slice),
+        1 => r.clone().prop_map(Inst::SumDim),
+        1 => r.clone().prop_map(Inst::Argmax),
+        1 => r.clone().prop_map(Inst::Clone),
+        1 => r.clone().prop_map(Inst::DropElsewhere),
+        1 => r.prop_map(Inst::Read),
+    ]
+}
+
+enum Reg<B: Backend> {
+    F(Tensor<B, 2>),
+    I(Tensor<B, 1, Int>),
+}
+
+/// Runs `program` on `B`: every read in order, then every register left.
+fn run<B: Backend>(program: &[Inst]) -> Vec<TensorData> {
+    let device = B::Device::default();
+    let mut regs: Vec<Reg<B>> = Vec::new();
+    let mut out = Vec::new();
+    let float = |regs: &[Reg<B>], k: usize| -> Option<Tensor<B, 2>> {
+        let floats: Vec<_> = regs
+            .iter()
+            .filter_map(|r| match r {
+                Reg::F(t) => Some(t.clone()),
+                Reg::I(_) => None,
+            })
+            .collect();
+        (!floats.is_empty()).then(|| floats[k % floats.len()].clone())
+    };
+    for inst in program {
+        let made = match *inst {
+            Inst::Create { rows, seed } => {
+                let values: Vec<f32> = (0..rows * 4)
+                    .map(|i| ((i * 7 + seed as usize) % 17) as f32 * 0.125 - 1.0)
+                    .collect();
+                Some(Reg::F(Tensor::from_data(TensorData::new(values, [rows, 4]), &device)))
+            }
+            Inst::Exp(a) => float(&regs, a).map(|t| Reg::F(t.clamp(-4.0, 4.0).exp())),
+            Inst::Add(a, b) => match (float(&regs, a), float(&regs, b)) {
+                (Some(x), Some(y)) if x.dims() == y.dims() => Some(Reg::F(x + y)),
+                (Some(x), _) => Some(Reg::F(x.add_scalar(1.0))),
+                _ => None,
+            },
+            Inst::MulScalar(a, s) => float(&regs, a).map(|t| Reg::F(t.mul_scalar(s as f32 / 64.0))),
+            Inst::Matmul(a, b) => match (float(&regs, a), float(&regs, b)) {
+                (Some(x), Some(y)) if x.dims()[1] == y.dims()[0] => Some(Reg::F(x.matmul(y))),
+                (Some(x), _) => Some(Reg::F(x.clone().matmul(x.transpose()))),
+                _ => None,
+            },
+            Inst::Transpose(a) => float(&regs, a).map(|t| Reg::F(t.transpose())),
+            Inst::Slice(a) => float(&regs, a).map(|t| {
+                let [rows, cols] = t.dims();
+                Reg::F(t.slice([0..rows.div_ceil(2), 0..cols]))
+            }),
+            Inst::SumDim(a) => float(&regs, a).map(|t| Reg::F(t.sum_dim(1))),
+            Inst::Argmax(a) => float(&regs, a).map(|t| Reg::I(t.argmax(1).flatten(0, 1))),
+            Inst::Clone(a) if !regs.is_empty() => Some(match &regs[a % regs.len()] {
+                Reg::F(t) => Reg::F(t.clone()),
+                Reg::I(t) => Reg::I(t.clone()),
+            }),
+            Inst::DropElsewhere(a) if !regs.is_empty() => {
+                let gone = regs.remove(a % regs.len());
+                std::thread::spawn(move || drop(gone)).join().unwrap();
+                None
+            }
+            Inst::Read(a) if !regs.is_empty() => {
+                out.push(match &regs[a % regs.len()] {
+                    Reg::F(t) => t.clone().into_data(),
+                    Reg::I(t) => t.clone().into_data(),
+                });
+                None
+            }
+            _ => None,
+        };
+        if let Some(reg) = made {
+            regs.push(reg);
+            if regs.len() > 10 {
+                regs.remove(0);
+            }
+        }
+    }
+    for reg in regs {
+        out.push(match reg {
+            Reg::F(t) => t.into_data(),
+            Reg::I(t) => t.into_data(),
+        });
+    }
+    out
+}
+
+/// Runs random programs on plain `I` and on `SpillBackend<I>` under budgets 0, 256 B and
+/// unlimited, with host limits 0 and unlimited, asynchronous and synchronous.
+fn random_programs_are_exact<I: Backend>(cases: u32) {
+    let device = I::Device::default();
+    let _reset = Reset::<I>(device.clone());
+    let mut runner = TestRunner::new(Config {
+        cases,
+        failure_persistence: None,
+        ..Config::default()
+    });
+    let strategy = proptest::collection::vec(inst(), 1..40);
+    runner
+        .run(&strategy, |program| {
+            let plain = run::<I>(&program);
+            for budget in [Some(0), Some(256), None] {
+                for host in [None, Some(0)] {
+                    for asynchronous in [true, false] {
+                        let mut config = SpillConfig::default().asynchronous(asynchronous);
+                        if let Some(b) = budget {
+                            config = config.device_budget_bytes(b);
+                        }
+                        if let Some(h) = host {
+                            config = config.host_limit_bytes(h);
+                        }
+                        SpillBackend::<I>::configure(&device, config).unwrap();
+                        let spilled = run::<SpillBackend<I>>(&program);
+                        let what = format!("budget {budget:?}, host {host:?}, async {asynchronous}");
+                        prop_assert_eq!(plain.len(), spilled.len(), "{}: reads", what);
+                        for (k, (p, s)) in plain.iter().zip(&spilled).enumerate() {
+                            prop_assert!(
+                                p.shape == s.shape && p.as_bytes() == s.as_bytes(),
+                                "{}: read {} differs",
+                                what,
+                                k
+                            );
+                        }
+                        let live = SpillBackend::<I>::live(&device);
+                        prop_assert_eq!((live.tensors, live.bytes), (0, 0), "{}: left alive", what);
+                    }
+                }
+            }
+            Ok(())
+        })
+        .unwrap();
+}
+
+/// Cases per backend: 24 by default; `CUBECL_PROGRAM_CASES` for a longer hunt.
+fn program_cases() -> u32 {
+    std::env::var("CUBECL_PROGRAM_CASES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(24)
+}
+
+#[test]
+fn unfused_random_programs_match_under_budgets() {
+    if !wgpu_available() {
+        return;
+    }
+    let _lock = exclusive();
+    random_programs_are_exact::<Unfused>(program_cases());
+}
+
+#[cfg(feature = "fusion")]
+#[test]
+fn fused_random_programs_match_under_budgets() {
+    if !wgpu_available() {
+        return;
+    }
+    let _lock = exclusive();
+    random_programs_are_exact::<Fused>(program_cases());
+}
+
+// ---------------------------------------------------------------------------------------------
+// Strided views and the pool's figures.
+// ---------------------------------------------------------------------------------------------
+
+/// A transposed view spilled and restored gives the matmul downstream the same bits as on
+/// plain `I`: on unfused CubeCL the view is kept on the device (its strides are read); on fused
+/// CubeCL, whose layout is decided lazily, it is spilled and comes back contiguous.
+fn strided_view_round_trips<I: Backend>() -> SpillStats {
+    let device = I::Device::default();
+    let _reset = Reset::<I>(device.clone());
+    fn program<B: Backend>(device: &B::Device) -> TensorData {
+        let values: Vec<f32> = (0..64 * 48).map(|i| ((i * 37) % 101) as f32 / 7.0 - 6.0).collect();
+        let a = Tensor::<B, 2>::from_data(TensorData::new(values, [64, 48]), device);
+        let square: Vec<f32> = (0..64 * 64).map(|i| ((i * 53) % 89) as f32 / 11.0 - 4.0).collect();
+        let b = Tensor::<B, 2>::from_data(TensorData::new(square, [64, 64]), device);
+        let at = a.transpose();
+        // Everything else is spilled between these ops at budget 0.
+        let c = b.clone().matmul(b.clone());
+        let d = at.matmul(c.transpose());
+        d.into_data()
+    }
+    let plain = program::<I>(&device);
+    SpillBackend::<I>::configure(&device, SpillConfig::default().device_budget_bytes(0)).unwrap();
+    let spilled = program::<SpillBackend<I>>(&device);
+    assert_eq!(plain.as_bytes(), spilled.as_bytes(), "the matmul on a restored view differs");
+    SpillBackend::<I>::stats(&device)
+}
+
+#[test]
+fn unfused_strided_views_stay_on_the_device() {
+    if !wgpu_available() {
+        return;
+    }
+    let _lock = exclusive();
+    let stats = strided_view_round_trips::<Unfused>();
+    assert!(stats.device_to_host.count > 0, "nothing was spilled");
+    // While a transposed view is alive, its bytes are counted as unevictable.
+    let device = WgpuDevice::default();
+    let _reset = Reset::<Unfused>(device.clone());
+    SpillBackend::<Unfused>::configure(&device, SpillConfig::default().device_budget_bytes(0))
+        .unwrap();
+    let a = Tensor::<SpillBackend<Unfused>, 2>::ones([8, 4], &device);
+    let view = a.transpose();
+    let stats = SpillBackend::<Unfused>::stats(&device);
+    assert_eq!(stats.unevictable_device_bytes, 8 * 4 * 4, "{stats:?}");
+    assert_eq!(view.dims(), [4, 8]);
+}
+
+#[cfg(feature = "fusion")]
+#[test]
+fn fused_strided_views_round_trip_exactly() {
+    if !wgpu_available() {
+        return;
+    }
+    let _lock = exclusive();
+    let stats = strided_view_round_trips::<Fused>();
+    assert!(stats.device_to_host.count > 0, "nothing was spilled");
+}
+
+/// The pool's figures are read on CubeCL and returned pages show in them.
+fn pool_is_reported<I: Backend>() {
+    let device = I::Device::default();
+    let _reset = Reset::<I>(device.clone());
+    SpillBackend::<I>::configure(&device, SpillConfig::default().device_budget_bytes(1 << 20))
+        .unwrap();
+    let big: Vec<_> = (0..8)
+        .map(|k| Tensor::<SpillBackend<I>, 2>::ones([256, 256], &device).mul_scalar(k as f32))
+        .collect();
+    let sum = big.iter().cloned().reduce(|a, b| a + b).unwrap();
+    let _ = sum.into_data();
+    let during = SpillBackend::<I>::stats(&device);
+    let pool = during.pool.expect("CubeCL reports its pool");
+    assert!(pool.streams >= 1);
+    assert!(pool.reserved >= pool.in_use, "{pool:?}");
+    assert!(pool.peak_reserved >= pool.reserved, "{pool:?}");
+    drop(big);
+    SpillBackend::<I>::memory_cleanup(&device);
+    let after = SpillBackend::<I>::stats(&device).pool.unwrap();
+    assert!(after.cleanups > pool.cleanups, "{after:?}");
+    assert!(after.reserved <= pool.reserved, "cleanup grew the pool: {pool:?} -> {after:?}");
+}
+
+#[test]
+fn unfused_pool_is_reported_and_cleaned() {
+    if !wgpu_available() {
+        return;
+    }
+    let _lock = exclusive();
+    pool_is_reported::<Unfused>();
+}
+
+#[cfg(feature = "fusion")]
+#[test]
+fn fused_pool_is_reported_and_cleaned() {
+    if !wgpu_available() {
+        return;
+    }
+    let _lock = exclusive();
+    pool_is_reported::<Fused>();
+}
