@@ -6,8 +6,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 have_vulkan() {
-    ls /usr/share/vulkan/icd.d/*.json >/dev/null 2>&1 &&
-        ls /usr/lib/*/libvulkan.so.1 /usr/lib/libvulkan.so.1 >/dev/null 2>&1
+    compgen -G "/usr/share/vulkan/icd.d/*.json" >/dev/null &&
+        { compgen -G "/usr/lib/*/libvulkan.so.1" >/dev/null || [ -e /usr/lib/libvulkan.so.1 ]; }
 }
 
 if ! have_vulkan; then

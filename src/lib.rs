@@ -36,6 +36,7 @@ pub use policy::PolicyKind;
 pub use policy::plan::{KeyAt, NextUse, PlanKey, UsePlan};
 pub use policy::simulate::{Replay, replay};
 pub use policy::victim::{Bandwidth, Candidate, CostAware, Lru, NextUsePolicy, VictimPolicy};
+pub use engine::PoolUsage;
 pub use stats::{MoveStats, PoolStats, SpillStats, StepStats, TierBytes};
 pub use tape::{
     CriticalPath, Divergence, DropRecord, Edge, OpRecord, PeakLive, PeriodDetector, Position,

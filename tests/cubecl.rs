@@ -10,7 +10,7 @@
 //!
 //! Every test skips with a printed reason when no wgpu adapter can be opened (no Vulkan driver):
 //! `.ci/run` installs lavapipe, so CI always runs them.
-#![cfg(feature = "wgpu")]
+#![cfg(any(feature = "wgpu", feature = "cuda"))]
 
 #[path = "../examples/common/small_models.rs"]
 #[allow(dead_code)]
@@ -19,7 +19,6 @@ mod small_models;
 use std::sync::{Mutex, MutexGuard};
 
 use burn::backend::Autodiff;
-use burn::backend::wgpu::{CubeBackend, WgpuDevice, WgpuRuntime};
 use burn::tensor::backend::Backend;
 use burn::tensor::{Int, Tensor, TensorData};
 use burn_spill::{PolicyKind, SpillBackend, SpillConfig, SpillStats};
@@ -27,11 +26,19 @@ use proptest::prelude::*;
 use proptest::test_runner::{Config, TestRunner};
 use small_models::{TrainRun, train_cnn_observed, train_gpt_observed};
 
-/// CubeCL without fusion: every op is a kernel launch.
-type Unfused = CubeBackend<WgpuRuntime, f32, i32, u32>;
-/// CubeCL with fusion: ops are queued and fused lazily.
-#[cfg(feature = "fusion")]
-type Fused = burn::backend::Wgpu;
+/// wgpu without fusion: every op is a kernel launch.
+#[cfg(feature = "wgpu")]
+type WgpuUnfused =
+    burn::backend::wgpu::CubeBackend<burn::backend::wgpu::WgpuRuntime, f32, i32, u32>;
+/// wgpu with fusion: ops are queued and fused lazily (`burn::backend::Wgpu` under `fusion`).
+#[cfg(all(feature = "wgpu", feature = "fusion"))]
+type WgpuFused = burn::backend::Wgpu;
+/// CUDA without fusion (burn-cuda's `Cuda` without `fusion`).
+#[cfg(feature = "cuda")]
+type CudaUnfused = burn_cubecl::CubeBackend<cubecl::cuda::CudaRuntime, f32, i32, u8>;
+/// CUDA with fusion.
+#[cfg(all(feature = "cuda", feature = "fusion"))]
+type CudaFused = burn::backend::Cuda;
 
 /// One test at a time configures a backend's device (the configuration is process-wide).
 static DEVICE: Mutex<()> = Mutex::new(());
@@ -40,26 +47,27 @@ fn exclusive() -> MutexGuard<'static, ()> {
     DEVICE.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// Whether a wgpu adapter opens here; prints why not once.
-fn wgpu_available() -> bool {
-    static AVAILABLE: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *AVAILABLE.get_or_init(|| {
-        let opened = std::panic::catch_unwind(|| {
-            let device = WgpuDevice::default();
-            let x = Tensor::<Unfused, 1>::from_floats([1.0, 2.0], &device);
-            x.into_data().to_vec::<f32>().unwrap()
-        });
-        match opened {
-            Ok(v) if v == [1.0, 2.0] => true,
-            _ => {
-                eprintln!(
-                    "SKIPPED: no wgpu adapter opens on this machine (install a Vulkan driver, \
-                     e.g. `apt-get install mesa-vulkan-drivers libvulkan1`)"
-                );
-                false
-            }
-        }
-    })
+/// Whether a device of `B` opens here (a wgpu adapter, a CUDA driver); prints why not once.
+fn available<B: Backend>(what: &str) -> bool {
+    static SEEN: Mutex<Vec<(String, bool)>> = Mutex::new(Vec::new());
+    let mut seen = SEEN.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some((_, ok)) = seen.iter().find(|(w, _)| w == what) {
+        return *ok;
+    }
+    let opened = std::panic::catch_unwind(|| {
+        let device = B::Device::default();
+        let x = Tensor::<B, 1>::from_floats([1.0, 2.0], &device);
+        x.into_data().to_vec::<f32>().unwrap()
+    });
+    let ok = matches!(opened, Ok(v) if v == [1.0, 2.0]);
+    if !ok {
+        eprintln!(
+            "SKIPPED: no {what} device opens on this machine (for wgpu install a Vulkan driver, \
+             e.g. `apt-get install mesa-vulkan-drivers libvulkan1`; for CUDA an NVIDIA driver)"
+        );
+    }
+    seen.push((what.to_string(), ok));
+    ok
 }
 
 /// Resets the device of `B` to unlimited when dropped, also when a test fails.
@@ -160,43 +168,9 @@ fn training_is_exact<I: Backend>(model: Model) -> Vec<(String, SpillStats)> {
     all
 }
 
-#[test]
-fn unfused_cnn_trains_bit_identically_at_30_percent() {
-    if !wgpu_available() {
-        return;
-    }
-    let _lock = exclusive();
-    training_is_exact::<Unfused>(Model::Cnn);
-}
 
-#[test]
-fn unfused_gpt_trains_bit_identically_at_30_percent() {
-    if !wgpu_available() {
-        return;
-    }
-    let _lock = exclusive();
-    training_is_exact::<Unfused>(Model::Gpt);
-}
 
-#[cfg(feature = "fusion")]
-#[test]
-fn fused_cnn_trains_bit_identically_at_30_percent() {
-    if !wgpu_available() {
-        return;
-    }
-    let _lock = exclusive();
-    training_is_exact::<Fused>(Model::Cnn);
-}
 
-#[cfg(feature = "fusion")]
-#[test]
-fn fused_gpt_trains_bit_identically_at_30_percent() {
-    if !wgpu_available() {
-        return;
-    }
-    let _lock = exclusive();
-    training_is_exact::<Fused>(Model::Gpt);
-}
 
 // ---------------------------------------------------------------------------------------------
 // Random op programs.
@@ -374,24 +348,7 @@ fn program_cases() -> u32 {
         .unwrap_or(24)
 }
 
-#[test]
-fn unfused_random_programs_match_under_budgets() {
-    if !wgpu_available() {
-        return;
-    }
-    let _lock = exclusive();
-    random_programs_are_exact::<Unfused>(program_cases());
-}
 
-#[cfg(feature = "fusion")]
-#[test]
-fn fused_random_programs_match_under_budgets() {
-    if !wgpu_available() {
-        return;
-    }
-    let _lock = exclusive();
-    random_programs_are_exact::<Fused>(program_cases());
-}
 
 // ---------------------------------------------------------------------------------------------
 // Strided views and the pool's figures.
@@ -421,36 +378,7 @@ fn strided_view_round_trips<I: Backend>() -> SpillStats {
     SpillBackend::<I>::stats(&device)
 }
 
-#[test]
-fn unfused_strided_views_stay_on_the_device() {
-    if !wgpu_available() {
-        return;
-    }
-    let _lock = exclusive();
-    let stats = strided_view_round_trips::<Unfused>();
-    assert!(stats.device_to_host.count > 0, "nothing was spilled");
-    // While a transposed view is alive, its bytes are counted as unevictable.
-    let device = WgpuDevice::default();
-    let _reset = Reset::<Unfused>(device.clone());
-    SpillBackend::<Unfused>::configure(&device, SpillConfig::default().device_budget_bytes(0))
-        .unwrap();
-    let a = Tensor::<SpillBackend<Unfused>, 2>::ones([8, 4], &device);
-    let view = a.transpose();
-    let stats = SpillBackend::<Unfused>::stats(&device);
-    assert_eq!(stats.unevictable_device_bytes, 8 * 4 * 4, "{stats:?}");
-    assert_eq!(view.dims(), [4, 8]);
-}
 
-#[cfg(feature = "fusion")]
-#[test]
-fn fused_strided_views_round_trip_exactly() {
-    if !wgpu_available() {
-        return;
-    }
-    let _lock = exclusive();
-    let stats = strided_view_round_trips::<Fused>();
-    assert!(stats.device_to_host.count > 0, "nothing was spilled");
-}
 
 /// The pool's figures are read on CubeCL and returned pages show in them.
 fn pool_is_reported<I: Backend>() {
@@ -475,21 +403,87 @@ fn pool_is_reported<I: Backend>() {
     assert!(after.reserved <= pool.reserved, "cleanup grew the pool: {pool:?} -> {after:?}");
 }
 
-#[test]
-fn unfused_pool_is_reported_and_cleaned() {
-    if !wgpu_available() {
-        return;
-    }
-    let _lock = exclusive();
-    pool_is_reported::<Unfused>();
+
+
+/// While a transposed view of an unfused CubeCL tensor is alive, its bytes are unevictable.
+fn views_are_unevictable<I: Backend>() {
+    let device = I::Device::default();
+    let _reset = Reset::<I>(device.clone());
+    SpillBackend::<I>::configure(&device, SpillConfig::default().device_budget_bytes(0)).unwrap();
+    let a = Tensor::<SpillBackend<I>, 2>::ones([8, 4], &device);
+    let view = a.transpose();
+    let stats = SpillBackend::<I>::stats(&device);
+    assert_eq!(stats.unevictable_device_bytes, 8 * 4 * 4, "{stats:?}");
+    assert_eq!(view.dims(), [4, 8]);
 }
 
-#[cfg(feature = "fusion")]
-#[test]
-fn fused_pool_is_reported_and_cleaned() {
-    if !wgpu_available() {
-        return;
-    }
-    let _lock = exclusive();
-    pool_is_reported::<Fused>();
+/// The suite for one CubeCL backend; `fused` says whether its layout is lazy.
+macro_rules! cubecl_suite {
+    ($suite:ident, $backend:ty, fused: $fused:expr) => {
+        mod $suite {
+            use super::*;
+
+            fn skip() -> bool {
+                !available::<$backend>(stringify!($suite))
+            }
+
+            #[test]
+            fn cnn_trains_bit_identically_at_30_percent() {
+                if skip() {
+                    return;
+                }
+                let _lock = exclusive();
+                training_is_exact::<$backend>(Model::Cnn);
+            }
+
+            #[test]
+            fn gpt_trains_bit_identically_at_30_percent() {
+                if skip() {
+                    return;
+                }
+                let _lock = exclusive();
+                training_is_exact::<$backend>(Model::Gpt);
+            }
+
+            #[test]
+            fn random_programs_match_under_budgets() {
+                if skip() {
+                    return;
+                }
+                let _lock = exclusive();
+                random_programs_are_exact::<$backend>(program_cases());
+            }
+
+            #[test]
+            fn strided_views_round_trip_exactly() {
+                if skip() {
+                    return;
+                }
+                let _lock = exclusive();
+                let stats = strided_view_round_trips::<$backend>();
+                assert!(stats.device_to_host.count > 0, "nothing was spilled");
+                if !$fused {
+                    views_are_unevictable::<$backend>();
+                }
+            }
+
+            #[test]
+            fn pool_is_reported_and_cleaned() {
+                if skip() {
+                    return;
+                }
+                let _lock = exclusive();
+                pool_is_reported::<$backend>();
+            }
+        }
+    };
 }
+
+#[cfg(feature = "wgpu")]
+cubecl_suite!(wgpu_unfused, WgpuUnfused, fused: false);
+#[cfg(all(feature = "wgpu", feature = "fusion"))]
+cubecl_suite!(wgpu_fused, WgpuFused, fused: true);
+#[cfg(feature = "cuda")]
+cubecl_suite!(cuda_unfused, CudaUnfused, fused: false);
+#[cfg(all(feature = "cuda", feature = "fusion"))]
+cubecl_suite!(cuda_fused, CudaFused, fused: true);

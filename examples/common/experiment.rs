@@ -72,6 +72,8 @@ pub struct Outcome {
     pub spilled: RunLog,
     /// Peak device bytes of the unlimited run through `SpillBackend`.
     pub plain_peak_device_bytes: u64,
+    /// The plain run's peak reserved bytes as `B`'s allocator reports them (CubeCL only).
+    pub plain_peak_reserved_bytes: Option<u64>,
     pub budget_bytes: Option<u64>,
     pub host_limit_bytes: Option<u64>,
     /// The spilled run's stats (peaks from its configuration on).
@@ -103,11 +105,29 @@ impl<W: Workload> BackendTask for Experiment<'_, W> {
         } else {
             steps.min(TIMING_STEPS)
         };
-        let plain_log = StepLog::new("plain", plain_steps);
+        // The allocator's reserved bytes of the plain run, where `B` reports them (CubeCL):
+        // read at every step and at the end (a plain run never returns pages, so the last
+        // reading is its peak unless the allocator cleans by itself).
+        let plain_reserved = Arc::new(std::sync::Mutex::new(None::<u64>));
+        let sample = {
+            let (device, reserved) = (device.clone(), plain_reserved.clone());
+            move || {
+                if let Some(usage) = SpillBackend::<B>::inner_pool_usage(&device) {
+                    let mut peak = reserved.lock().unwrap();
+                    *peak = Some(peak.unwrap_or(0).max(usage.reserved));
+                }
+            }
+        };
+        let plain_log = StepLog::new("plain", plain_steps).on_step_begin(sample.clone());
         let plain_params = workload.train::<Autodiff<B>>(&device, plain_steps, &plain_log);
+        sample();
         let plain = plain_log.finish();
+        let plain_peak_reserved = *plain_reserved.lock().unwrap();
+        // The plain run's pages go back, so that the spilled run's pool starts from nothing.
+        B::memory_cleanup(&device);
 
         let plain_peak = measure_plain_peak::<B, W>(workload, &device, steps.min(PEAK_STEPS));
+        SpillBackend::<B>::memory_cleanup(&device);
 
         let preset = args.preset.unwrap_or_else(|| workload.preset());
         let budget = args.budget.resolve(plain_peak);
@@ -172,6 +192,7 @@ impl<W: Workload> BackendTask for Experiment<'_, W> {
             plain,
             spilled,
             plain_peak_device_bytes: plain_peak,
+            plain_peak_reserved_bytes: plain_peak_reserved,
             budget_bytes: budget,
             host_limit_bytes: host_limit,
             stats,

@@ -128,7 +128,7 @@ fn print_table<M>(run: &RunDescription<M>, args: &SpillArgs, outcome: &Outcome) 
             v.first_loss_mismatch, v.first_parameter_mismatch
         ),
     };
-    let rows: Vec<[String; 3]> = vec![
+    let mut rows: Vec<[String; 3]> = vec![
         ["peak device bytes".into(), bytes(plain_peak), saving],
         ["peak host bytes".into(), "-".into(), bytes(stats.peak.host)],
         ["peak disk bytes".into(), "-".into(), bytes(stats.peak.disk)],
@@ -170,6 +170,27 @@ fn print_table<M>(run: &RunDescription<M>, args: &SpillArgs, outcome: &Outcome) 
         ],
         ["verify".into(), String::new(), verify],
     ];
+    // What the allocator itself holds, where the backend reports it (CubeCL): on a GPU, an
+    // out-of-memory is about reserved bytes, not the tensors' own.
+    if let Some(pool) = &stats.pool {
+        let plain = outcome.plain_peak_reserved_bytes;
+        let spilled = match plain {
+            Some(p) if p > 0 => format!(
+                "{} ({:.0}% of plain)",
+                bytes(pool.peak_reserved),
+                100.0 * pool.peak_reserved as f64 / p as f64
+            ),
+            _ => bytes(pool.peak_reserved),
+        };
+        rows.insert(
+            1,
+            [
+                "peak reserved (allocator)".into(),
+                plain.map_or("-".into(), bytes),
+                spilled,
+            ],
+        );
+    }
     let header = ["", "plain", "spilled"];
     let widths: Vec<usize> = (0..3)
         .map(|c| {

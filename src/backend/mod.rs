@@ -114,6 +114,13 @@ impl<B: Backend> SpillBackend<B> {
         Self::engine(device).stats()
     }
 
+    /// The inner backend's own pool figures on the calling thread's stream, without burn-spill
+    /// in the way: what a plain run on `B` holds, to compare with [`SpillStats::pool`]. `None`
+    /// where the backend reports no pool (only CubeCL backends do: wgpu, CUDA).
+    pub fn inner_pool_usage(device: &B::Device) -> Option<crate::engine::PoolUsage> {
+        queues::inner_pool_usage(device)
+    }
+
     /// Lowers the peaks reported by [`stats`](Self::stats) to the current resident bytes, to
     /// measure one phase (say, the steps after a warm-up step).
     pub fn reset_peaks(device: &B::Device) {

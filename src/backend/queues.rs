@@ -122,3 +122,13 @@ fn probe_for(device: &dyn Any) -> Option<Box<dyn PoolProbe>> {
     let _ = device;
     None
 }
+
+/// The pool of `device` on the calling thread's stream, where the backend reports it.
+pub(crate) fn inner_pool_usage(device: &dyn Any) -> Option<PoolUsage> {
+    let (in_use, reserved) = probe_for(device)?.usage()?;
+    Some(PoolUsage {
+        in_use,
+        reserved,
+        queues: 1,
+    })
+}
