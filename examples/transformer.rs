@@ -132,6 +132,7 @@ fn main() {
     let steps = cli.steps as usize;
     let outcome = run_on(
         cli.spill.backend,
+        cli.spill.pool_pages,
         Experiment {
             workload: &run,
             args: &cli.spill,

@@ -30,13 +30,13 @@ pub use config::{
     DeviceBudget, ENV_BUDGET, ENV_DIR, ENV_HOST_LIMIT, ENV_POLICY, ENV_PRESET, Preset, SpillConfig,
     parse_bytes,
 };
+pub use engine::PoolUsage;
 pub use engine::{LiveSummary, TensorId, TensorRole, Tier};
 pub use error::SpillError;
 pub use policy::PolicyKind;
 pub use policy::plan::{KeyAt, NextUse, PlanKey, UsePlan};
 pub use policy::simulate::{Replay, replay};
 pub use policy::victim::{Bandwidth, Candidate, CostAware, Lru, NextUsePolicy, VictimPolicy};
-pub use engine::PoolUsage;
 pub use stats::{MoveStats, PoolStats, SpillStats, StepStats, TierBytes};
 pub use tape::{
     CriticalPath, Divergence, DropRecord, Edge, OpRecord, PeakLive, PeriodDetector, Position,

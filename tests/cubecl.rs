@@ -84,7 +84,11 @@ fn bits(v: &[f32]) -> Vec<u32> {
 }
 
 fn assert_identical(plain: &TrainRun, spilled: &TrainRun, what: &str) {
-    assert_eq!(bits(&plain.losses), bits(&spilled.losses), "{what}: losses differ");
+    assert_eq!(
+        bits(&plain.losses),
+        bits(&spilled.losses),
+        "{what}: losses differ"
+    );
     assert_eq!(plain.parameters.len(), spilled.parameters.len());
     for (i, (p, s)) in plain.parameters.iter().zip(&spilled.parameters).enumerate() {
         assert!(
@@ -154,23 +158,39 @@ fn training_is_exact<I: Backend>(model: Model) -> Vec<(String, SpillStats)> {
                 .policy(policy)
                 .asynchronous(asynchronous);
             SpillBackend::<I>::configure(&device, config).unwrap();
-            let spilled = train::<SpillBackend<I>>(model, &device, || {
-                SpillBackend::<I>::step_begin(&device)
-            });
+            let spilled =
+                train::<SpillBackend<I>>(model, &device, || SpillBackend::<I>::step_begin(&device));
             SpillBackend::<I>::step_end(&device);
             let stats = SpillBackend::<I>::stats(&device);
-            assert!(stats.device_to_host.count > 0, "{what}: nothing was spilled");
-            assert!(stats.prefetches_issued > 0, "{what}: nothing was prefetched");
+            assert!(
+                stats.device_to_host.count > 0,
+                "{what}: nothing was spilled"
+            );
+            assert!(
+                stats.prefetches_issued > 0,
+                "{what}: nothing was prefetched"
+            );
             assert_identical(&plain, &spilled, &what);
             all.push((what, stats));
         }
     }
+    // Informational (tests assert no timings): how long ops waited for bytes in each run, with
+    // the workers on and off. The counters add up over runs; each line is its run's share.
+    let mut before = SpillStats::default();
+    for (what, stats) in &all {
+        let pool = stats
+            .pool
+            .map_or("-".into(), |p| format!("{} B", p.peak_reserved));
+        eprintln!(
+            "{what}: stall {:.1} ms, {} evictions, {} prefetches, peak reserved {pool}",
+            (stats.stall_time - before.stall_time).as_secs_f64() * 1e3,
+            stats.device_to_host.count - before.device_to_host.count,
+            stats.prefetches_issued - before.prefetches_issued
+        );
+        before = stats.clone();
+    }
     all
 }
-
-
-
-
 
 // ---------------------------------------------------------------------------------------------
 // Random op programs.
@@ -179,7 +199,10 @@ fn training_is_exact<I: Backend>(model: Model) -> Vec<(String, SpillStats)> {
 /// One instruction over a register file of f32 matrices and i32 vectors.
 #[derive(Debug, Clone)]
 enum Inst {
-    Create { rows: usize, seed: u8 },
+    Create {
+        rows: usize,
+        seed: u8,
+    },
     Exp(usize),
     Add(usize, usize),
     MulScalar(usize, i8),
@@ -239,7 +262,10 @@ fn run<B: Backend>(program: &[Inst]) -> Vec<TensorData> {
                 let values: Vec<f32> = (0..rows * 4)
                     .map(|i| ((i * 7 + seed as usize) % 17) as f32 * 0.125 - 1.0)
                     .collect();
-                Some(Reg::F(Tensor::from_data(TensorData::new(values, [rows, 4]), &device)))
+                Some(Reg::F(Tensor::from_data(
+                    TensorData::new(values, [rows, 4]),
+                    &device,
+                )))
             }
             Inst::Exp(a) => float(&regs, a).map(|t| Reg::F(t.clamp(-4.0, 4.0).exp())),
             Inst::Add(a, b) => match (float(&regs, a), float(&regs, b)) {
@@ -320,7 +346,8 @@ fn random_programs_are_exact<I: Backend>(cases: u32) {
                         }
                         SpillBackend::<I>::configure(&device, config).unwrap();
                         let spilled = run::<SpillBackend<I>>(&program);
-                        let what = format!("budget {budget:?}, host {host:?}, async {asynchronous}");
+                        let what =
+                            format!("budget {budget:?}, host {host:?}, async {asynchronous}");
                         prop_assert_eq!(plain.len(), spilled.len(), "{}: reads", what);
                         for (k, (p, s)) in plain.iter().zip(&spilled).enumerate() {
                             prop_assert!(
@@ -348,8 +375,6 @@ fn program_cases() -> u32 {
         .unwrap_or(24)
 }
 
-
-
 // ---------------------------------------------------------------------------------------------
 // Strided views and the pool's figures.
 // ---------------------------------------------------------------------------------------------
@@ -361,9 +386,13 @@ fn strided_view_round_trips<I: Backend>() -> SpillStats {
     let device = I::Device::default();
     let _reset = Reset::<I>(device.clone());
     fn program<B: Backend>(device: &B::Device) -> TensorData {
-        let values: Vec<f32> = (0..64 * 48).map(|i| ((i * 37) % 101) as f32 / 7.0 - 6.0).collect();
+        let values: Vec<f32> = (0..64 * 48)
+            .map(|i| ((i * 37) % 101) as f32 / 7.0 - 6.0)
+            .collect();
         let a = Tensor::<B, 2>::from_data(TensorData::new(values, [64, 48]), device);
-        let square: Vec<f32> = (0..64 * 64).map(|i| ((i * 53) % 89) as f32 / 11.0 - 4.0).collect();
+        let square: Vec<f32> = (0..64 * 64)
+            .map(|i| ((i * 53) % 89) as f32 / 11.0 - 4.0)
+            .collect();
         let b = Tensor::<B, 2>::from_data(TensorData::new(square, [64, 64]), device);
         let at = a.transpose();
         // Everything else is spilled between these ops at budget 0.
@@ -374,11 +403,13 @@ fn strided_view_round_trips<I: Backend>() -> SpillStats {
     let plain = program::<I>(&device);
     SpillBackend::<I>::configure(&device, SpillConfig::default().device_budget_bytes(0)).unwrap();
     let spilled = program::<SpillBackend<I>>(&device);
-    assert_eq!(plain.as_bytes(), spilled.as_bytes(), "the matmul on a restored view differs");
+    assert_eq!(
+        plain.as_bytes(),
+        spilled.as_bytes(),
+        "the matmul on a restored view differs"
+    );
     SpillBackend::<I>::stats(&device)
 }
-
-
 
 /// The pool's figures are read on CubeCL and returned pages show in them.
 fn pool_is_reported<I: Backend>() {
@@ -400,10 +431,11 @@ fn pool_is_reported<I: Backend>() {
     SpillBackend::<I>::memory_cleanup(&device);
     let after = SpillBackend::<I>::stats(&device).pool.unwrap();
     assert!(after.cleanups > pool.cleanups, "{after:?}");
-    assert!(after.reserved <= pool.reserved, "cleanup grew the pool: {pool:?} -> {after:?}");
+    assert!(
+        after.reserved <= pool.reserved,
+        "cleanup grew the pool: {pool:?} -> {after:?}"
+    );
 }
-
-
 
 /// While a transposed view of an unfused CubeCL tensor is alive, its bytes are unevictable.
 fn views_are_unevictable<I: Backend>() {

@@ -185,6 +185,102 @@ fn transformer_tiny_run_verifies() {
     );
 }
 
+/// Whether a wgpu adapter opens here (a Vulkan driver such as lavapipe).
+#[cfg(feature = "wgpu")]
+fn wgpu_opens() -> bool {
+    use burn::tensor::Tensor;
+    type W = burn::backend::wgpu::CubeBackend<burn::backend::wgpu::WgpuRuntime, f32, i32, u32>;
+    let opened = std::panic::catch_unwind(|| {
+        let device = Default::default();
+        Tensor::<W, 1>::from_floats([1.0], &device)
+            .into_data()
+            .to_vec::<f32>()
+            .unwrap()
+    });
+    let ok = matches!(opened, Ok(v) if v == [1.0]);
+    if !ok {
+        eprintln!("SKIPPED: no wgpu adapter opens here (install mesa-vulkan-drivers)");
+    }
+    ok
+}
+
+/// Both examples on wgpu (fused under the `fusion` feature) in tiny configurations with
+/// `--verify`; the report carries the allocator's figures for both runs.
+#[cfg(feature = "wgpu")]
+#[test]
+fn examples_verify_on_wgpu_and_report_the_pool() {
+    if !wgpu_opens() {
+        return;
+    }
+    let runs: [(&str, &[&str]); 2] = [
+        (
+            "resnet",
+            &[
+                "--batch",
+                "4",
+                "--image-size",
+                "8",
+                "--width",
+                "4",
+                "--classes",
+                "3",
+            ],
+        ),
+        (
+            "transformer",
+            &[
+                "--batch",
+                "2",
+                "--layers",
+                "1",
+                "--d-model",
+                "16",
+                "--heads",
+                "2",
+                "--seq-len",
+                "8",
+                "--vocab",
+                "12",
+            ],
+        ),
+    ];
+    for (name, model) in runs {
+        let dir = tempfile::tempdir().unwrap();
+        let report = dir.path().join("report.json");
+        let mut args = model.to_vec();
+        args.extend([
+            "--backend",
+            "wgpu",
+            "--pool-pages",
+            "exclusive",
+            "--steps",
+            "3",
+            "--verify",
+            "--budget",
+            "30%",
+            "--report",
+            report.to_str().unwrap(),
+        ]);
+        let out = run(name, &args);
+        let stdout = text(&out.stdout);
+        assert!(
+            out.status.success(),
+            "{name} {args:?} failed\nstdout:\n{stdout}\nstderr:\n{}",
+            text(&out.stderr)
+        );
+        assert!(stdout.contains("identical:"), "{stdout}");
+        assert!(stdout.contains("peak reserved (allocator)"), "{stdout}");
+        let report: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
+        assert!(
+            report["plain_peak_reserved_bytes"].as_u64().unwrap() > 0,
+            "{report}"
+        );
+        let pool = &report["stats"]["pool"];
+        assert!(pool["peak_reserved"].as_u64().unwrap() >= pool["peak_in_use"].as_u64().unwrap());
+    }
+}
+
 /// Runs a bad command line and checks the one-line error and exit code 2.
 fn bad(name: &str, args: &[&str], expected: &[&str]) {
     let out = run(name, args);
@@ -240,6 +336,16 @@ fn bad_values_name_the_flag_and_the_accepted_values() {
     );
     bad("transformer", &["--heads", "3"], &["--heads", "--d-model"]);
     bad("resnet", &["--frobnicate"], &["--frobnicate"]);
+    bad(
+        "resnet",
+        &["--pool-pages", "tiled"],
+        &["--pool-pages", "tiled", "sliced, exclusive"],
+    );
+    bad(
+        "transformer",
+        &["--backend", "flex", "--pool-pages", "exclusive"],
+        &["--pool-pages", "wgpu"],
+    );
 }
 
 #[test]

@@ -100,8 +100,60 @@ pub trait BackendTask {
     fn run<B: Backend>(self, device: B::Device) -> Self::Output;
 }
 
-/// Runs `task` on the default device of `kind`.
-pub fn run_on<T: BackendTask>(kind: BackendKind, task: T) -> T::Output {
+/// How CubeCL's allocator carves device memory into pages (wgpu only: CubeCL 0.10's CUDA runtime
+/// takes no memory configuration).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PoolPages {
+    /// CubeCL's default: tensors share large pages (8 MiB and up), and a page goes back to the
+    /// driver only when every tensor in it is gone, so reserved bytes stay well above those
+    /// in use once tensors come and go.
+    Sliced,
+    /// One page per allocation, in size buckets: a freed tensor's page can be returned at once,
+    /// so reserved bytes follow the bytes in use (at the buckets' rounding).
+    Exclusive,
+}
+
+impl PoolPages {
+    pub fn parse(value: &str) -> Result<Self, String> {
+        match value.trim().to_ascii_lowercase().as_str() {
+            "sliced" => Ok(Self::Sliced),
+            "exclusive" => Ok(Self::Exclusive),
+            _ => Err(format!(
+                "`{value}` is not a page layout; accepted: sliced, exclusive"
+            )),
+        }
+    }
+}
+
+/// Runs `task` on the default device of `kind`, its allocator set up with `pages` (wgpu only).
+pub fn run_on<T: BackendTask>(kind: BackendKind, pages: Option<PoolPages>, task: T) -> T::Output {
+    #[cfg(feature = "wgpu")]
+    if kind == BackendKind::Wgpu
+        && let Some(pages) = pages
+    {
+        use burn::backend::wgpu::{MemoryConfiguration, RuntimeOptions, WgpuDevice, graphics};
+        let memory_config = match pages {
+            PoolPages::Sliced => MemoryConfiguration::SubSlices,
+            PoolPages::Exclusive => MemoryConfiguration::ExclusivePages,
+        };
+        let device = WgpuDevice::default();
+        // Before any tensor exists: the setup is fixed at the device's first use.
+        burn::backend::wgpu::init_setup::<graphics::AutoGraphicsApi>(
+            &device,
+            RuntimeOptions {
+                memory_config,
+                ..Default::default()
+            },
+        );
+        return task.run::<burn::backend::Wgpu>(device);
+    }
+    if pages.is_some() && kind != BackendKind::Wgpu {
+        super::cli::exit_usage(&format!(
+            "--pool-pages: applies to --backend wgpu only (CubeCL 0.10's CUDA runtime takes no \
+             memory configuration, and `{kind}` has no CubeCL pool)"
+        ));
+    }
     match kind {
         #[cfg(feature = "flex")]
         BackendKind::Flex => task.run::<burn::backend::Flex>(Default::default()),

@@ -39,6 +39,12 @@ pub struct SpillArgs {
     #[arg(long, value_parser = parse_spill_dir)]
     pub spill_dir: Option<PathBuf>,
 
+    /// How CubeCL's allocator carves wgpu memory into pages: sliced (CubeCL's default: tensors
+    /// share large pages, which go back only when wholly free) or exclusive (a page per
+    /// allocation, so freed bytes can be returned at once). Applies to both runs.
+    #[arg(long, value_parser = super::backends::PoolPages::parse)]
+    pub pool_pages: Option<super::backends::PoolPages>,
+
     /// Also compare every loss and the final parameters of the plain and spilled runs bit for
     /// bit (the plain run then trains every step, not only enough to time it); exit 1 if they
     /// differ.

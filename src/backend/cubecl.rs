@@ -73,11 +73,15 @@ pub(super) fn probe(device: &dyn Any) -> Option<Box<dyn PoolProbe>> {
 /// CubeCL tensor (a fused one's layout is decided lazily and cannot be read).
 pub(super) fn is_contiguous(primitive: &dyn Any) -> Option<bool> {
     #[cfg(feature = "wgpu")]
-    if let Some(t) = primitive.downcast_ref::<burn_cubecl::tensor::CubeTensor<cubecl::wgpu::WgpuRuntime>>() {
+    if let Some(t) =
+        primitive.downcast_ref::<burn_cubecl::tensor::CubeTensor<cubecl::wgpu::WgpuRuntime>>()
+    {
         return Some(t.is_contiguous());
     }
     #[cfg(feature = "cuda")]
-    if let Some(t) = primitive.downcast_ref::<burn_cubecl::tensor::CubeTensor<cubecl::cuda::CudaRuntime>>() {
+    if let Some(t) =
+        primitive.downcast_ref::<burn_cubecl::tensor::CubeTensor<cubecl::cuda::CudaRuntime>>()
+    {
         return Some(t.is_contiguous());
     }
     let _ = primitive;

@@ -308,6 +308,7 @@ impl DeviceEngine {
         if limits.budget.is_some() {
             self.pool.check(
                 self.ledger.resident(Tier::Device),
+                self.ledger.device_arrivals(),
                 limits.pool_margin,
                 self.queues(),
             );
@@ -783,6 +784,7 @@ impl DeviceEngine {
         }
         self.pool.after_op(
             self.ledger.resident(Tier::Device),
+            self.ledger.device_arrivals(),
             limits.pool_margin,
             self.queues(),
         );

@@ -103,6 +103,8 @@ pub struct Ledger {
     parameter_bytes: AtomicU64,
     peak_bytes: AtomicU64,
     created_total: AtomicU64,
+    /// See [`Ledger::device_arrivals`].
+    device_arrived: AtomicU64,
     tier: [AtomicU64; 3],
     tier_peak: [AtomicU64; 3],
     parameter_tier: [AtomicU64; 3],
@@ -260,10 +262,17 @@ impl Ledger {
         raise_peak(&self.tier_peak[i], now);
         if tier == Tier::Device {
             raise_peak(&self.step_peak_device, now);
+            self.device_arrived.fetch_add(bytes, Ordering::Relaxed);
         }
         if role == TensorRole::Parameter {
             self.parameter_tier[i].fetch_add(bytes, Ordering::Relaxed);
         }
+    }
+
+    /// Bytes that ever arrived on the device (created there, restored or prefetched): the
+    /// allocations the inner pool served, so what its reserved bytes can have grown with.
+    pub fn device_arrivals(&self) -> u64 {
+        self.device_arrived.load(Ordering::Relaxed)
     }
 
     /// The device peak since the last call (or since creation), and starts the next period at

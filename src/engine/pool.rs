@@ -2,14 +2,14 @@
 //! returning free pages to the driver when the pool holds more than it needs.
 //!
 //! Reading the pool is a round trip to the backend's device thread (CubeCL also flushes the
-//! queue it reads), so it is not done per op. The ledger's device bytes say when it is worth
-//! it: the pool can only hold pages it no longer needs after the device's bytes fell from a
-//! high, and its in-use peak can only grow while they rise. So the pool is read when the
-//! device's bytes fell by the margin below their last high (then pages are returned if the
-//! pool reserves more than the margin beyond what is in use), when they rose by the margin
-//! above the last reading, at step boundaries and when stats are read. Reserved bytes only
-//! grow between two cleanups, and every cleanup is preceded by a reading, so the reserved peak
-//! is exact up to the growth since the last reading; the in-use peak is within one margin.
+//! queue it reads), so it is not done per op. The ledger says when it is worth it: the pool's
+//! reserved bytes can only grow with allocations, so it is read once the bytes that arrived on
+//! the device since the last reading (created, restored, prefetched) reach the margin, and
+//! pages can only be returnable after the device's bytes fell, so it is read too when they fell
+//! by the margin below their last high; then pages are returned if the pool reserves more than
+//! the margin beyond what is in use. It is also read at step boundaries and for every `stats()`.
+//! A page is returned only when wholly free, so on a pool with large pages (CubeCL's smallest
+//! sliced page is 8 MiB or more) reserved bytes stay above those in use by fragmentation.
 
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -32,8 +32,9 @@ struct Readings {
 #[derive(Debug, Default)]
 pub(crate) struct PoolWatch {
     readings: Mutex<Readings>,
-    /// The ledger's device bytes at the last reading, and the highest since.
-    at_reading: AtomicU64,
+    /// The ledger's device arrivals at the last reading.
+    arrivals_at_reading: AtomicU64,
+    /// The ledger's device bytes since the last reading: their highest.
     high_since: AtomicU64,
 }
 
@@ -42,21 +43,27 @@ impl PoolWatch {
         self.readings.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// After an op with `device` bytes on the ledger: reads the pool (and returns pages) when
-    /// the bytes moved by `margin` since the last reading. Cheap otherwise: two atomics.
-    pub fn after_op(&self, device: u64, margin: u64, queues: &dyn DeviceQueues) {
-        let high = self.high_since.fetch_max(device, Ordering::Relaxed).max(device);
+    /// After an op with `device` bytes on the ledger and `arrivals` bytes ever arrived on the
+    /// device: reads the pool (and returns pages) when `margin` bytes arrived since the last
+    /// reading or the device's bytes fell by `margin` below their high since. Cheap otherwise:
+    /// two atomics.
+    pub fn after_op(&self, device: u64, arrivals: u64, margin: u64, queues: &dyn DeviceQueues) {
+        let high = self
+            .high_since
+            .fetch_max(device, Ordering::Relaxed)
+            .max(device);
         let fell = high.saturating_sub(device) >= margin;
-        let rose = device.saturating_sub(self.at_reading.load(Ordering::Relaxed)) >= margin;
-        if fell || rose {
-            self.check(device, margin, queues);
+        let grew =
+            arrivals.saturating_sub(self.arrivals_at_reading.load(Ordering::Relaxed)) >= margin;
+        if fell || grew {
+            self.check(device, arrivals, margin, queues);
         }
     }
 
     /// Reads the pool and returns its free pages if it reserves more than `margin` beyond the
     /// bytes in use.
-    pub fn check(&self, device: u64, margin: u64, queues: &dyn DeviceQueues) {
-        self.at_reading.store(device, Ordering::Relaxed);
+    pub fn check(&self, device: u64, arrivals: u64, margin: u64, queues: &dyn DeviceQueues) {
+        self.arrivals_at_reading.store(arrivals, Ordering::Relaxed);
         self.high_since.store(device, Ordering::Relaxed);
         let Some(before) = self.read(queues) else {
             return;

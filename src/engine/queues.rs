@@ -26,7 +26,8 @@ pub struct PoolUsage {
 
 /// Holds a device's exclusive-work lock (see [`DeviceQueues::exclusive`]) until dropped.
 pub struct ExclusiveWork(
-    #[allow(dead_code)] parking_lot::ArcReentrantMutexGuard<parking_lot::RawMutex, parking_lot::RawThreadId, ()>,
+    #[allow(dead_code)]
+    parking_lot::ArcReentrantMutexGuard<parking_lot::RawMutex, parking_lot::RawThreadId, ()>,
 );
 
 /// A reentrant lock for device work that must not interleave across threads.

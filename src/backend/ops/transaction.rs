@@ -42,9 +42,9 @@ impl<B: Backend> TransactionOps<Self> for SpillBackend<B> {
                 .collect(),
         );
         match engine {
-            Some(engine) => {
-                crate::SpillTensor::<B>::ordered_read(&engine, move || Box::pin(B::tr_execute(inner)))
-            }
+            Some(engine) => crate::SpillTensor::<B>::ordered_read(&engine, move || {
+                Box::pin(B::tr_execute(inner))
+            }),
             None => Box::pin(B::tr_execute(inner)),
         }
     }
