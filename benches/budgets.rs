@@ -257,6 +257,7 @@ fn main() {
         .measurement_time(Duration::from_secs(2));
     let rows = run_on(
         backend,
+        None,
         Suite {
             criterion: &mut criterion,
             large,

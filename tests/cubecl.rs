@@ -13,7 +13,6 @@
 #![cfg(any(feature = "wgpu", feature = "cuda"))]
 
 #[path = "../examples/common/small_models.rs"]
-#[allow(dead_code)]
 mod small_models;
 
 use std::sync::{Mutex, MutexGuard};
