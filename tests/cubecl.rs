@@ -143,31 +143,51 @@ fn training_is_exact<I: Backend>(model: Model) -> Vec<(String, SpillStats)> {
         Model::Gpt => SpillConfig::transformer(),
     };
     let mut all = Vec::new();
-    for policy in [PolicyKind::Lru, PolicyKind::NextUse, PolicyKind::CostAware] {
+    // `None`: LRU with no tape and no prefetch, so that the asynchronous workers only evict.
+    for policy in [
+        Some(PolicyKind::Lru),
+        Some(PolicyKind::NextUse),
+        Some(PolicyKind::CostAware),
+        None,
+    ] {
         for asynchronous in [true, false] {
-            let what = format!("{model:?} at 30% ({budget} B), {policy}, async {asynchronous}");
+            let name = policy.map_or("lru without tape or prefetch".into(), |p| p.to_string());
+            let what = format!("{model:?} at 30% ({budget} B), {name}, async {asynchronous}");
             if let Ok(only) = std::env::var("CUBECL_ONLY")
                 && !what.contains(&only)
             {
                 continue;
             }
-            let config = preset
-                .clone()
-                .device_budget_bytes(budget)
-                .policy(policy)
-                .asynchronous(asynchronous);
+            let config = match policy {
+                Some(policy) => preset.clone().policy(policy),
+                None => preset.clone().policy(PolicyKind::Lru).prefetch_window(0),
+            }
+            .device_budget_bytes(budget)
+            .asynchronous(asynchronous);
             SpillBackend::<I>::configure(&device, config).unwrap();
-            let spilled =
-                train::<SpillBackend<I>>(model, &device, || SpillBackend::<I>::step_begin(&device));
-            SpillBackend::<I>::step_end(&device);
+            let marked = policy.is_some();
+            if !marked {
+                // Earlier runs' markers turned the tape on.
+                SpillBackend::<I>::record_tape(&device, false);
+            }
+            let before = SpillBackend::<I>::stats(&device);
+            let spilled = train::<SpillBackend<I>>(model, &device, || {
+                if marked {
+                    SpillBackend::<I>::step_begin(&device)
+                }
+            });
+            if marked {
+                SpillBackend::<I>::step_end(&device);
+            }
             let stats = SpillBackend::<I>::stats(&device);
             assert!(
-                stats.device_to_host.count > 0,
+                stats.device_to_host.count > before.device_to_host.count,
                 "{what}: nothing was spilled"
             );
-            assert!(
-                stats.prefetches_issued > 0,
-                "{what}: nothing was prefetched"
+            assert_eq!(
+                stats.prefetches_issued > before.prefetches_issued,
+                marked,
+                "{what}: prefetches"
             );
             assert_identical(&plain, &spilled, &what);
             all.push((what, stats));
@@ -410,7 +430,8 @@ fn strided_view_round_trips<I: Backend>() -> SpillStats {
     SpillBackend::<I>::stats(&device)
 }
 
-/// The pool's figures are read on CubeCL and returned pages show in them.
+/// The pool's figures are read on CubeCL and returned pages show in them; a cleanup while
+/// kernels are still queued frees nothing they read.
 fn pool_is_reported<I: Backend>() {
     let device = I::Device::default();
     let _reset = Reset::<I>(device.clone());
@@ -419,13 +440,16 @@ fn pool_is_reported<I: Backend>() {
     let big: Vec<_> = (0..8)
         .map(|k| Tensor::<SpillBackend<I>, 2>::ones([256, 256], &device).mul_scalar(k as f32))
         .collect();
-    let sum = big.iter().cloned().reduce(|a, b| a + b).unwrap();
-    let _ = sum.into_data();
+    let first = big.iter().cloned().reduce(|a, b| a + b).unwrap();
+    let _ = first.into_data();
     let during = SpillBackend::<I>::stats(&device);
     let pool = during.pool.expect("CubeCL reports its pool");
     assert!(pool.streams >= 1);
     assert!(pool.reserved >= pool.in_use, "{pool:?}");
     assert!(pool.peak_reserved >= pool.reserved, "{pool:?}");
+    assert!(pool.peak_in_use > 0, "{pool:?}");
+    // Queued, not yet read: the cleanup must leave what these kernels read alone.
+    let queued = big.iter().cloned().reduce(|a, b| a * 0.5 + b).unwrap().exp().sum();
     drop(big);
     SpillBackend::<I>::memory_cleanup(&device);
     let after = SpillBackend::<I>::stats(&device).pool.unwrap();
@@ -434,6 +458,49 @@ fn pool_is_reported<I: Backend>() {
         after.reserved <= pool.reserved,
         "cleanup grew the pool: {pool:?} -> {after:?}"
     );
+    // The same sum on plain `I`.
+    let expected = (0..8)
+        .map(|k| Tensor::<I, 2>::ones([256, 256], &device).mul_scalar(k as f32))
+        .reduce(|a, b| a * 0.5 + b)
+        .unwrap()
+        .exp()
+        .sum();
+    assert_eq!(
+        queued.into_data().as_bytes(),
+        expected.into_data().as_bytes(),
+        "a cleanup changed what queued kernels computed"
+    );
+}
+
+/// A budget as a fraction of device memory: CUDA reports its memory through CubeCL; wgpu does
+/// not, and the fraction is refused with `DeviceMemoryUnknown` unless the memory is declared.
+fn fraction_budgets<I: Backend>(memory_known: bool) {
+    let device = I::Device::default();
+    let _reset = Reset::<I>(device.clone());
+    let result =
+        SpillBackend::<I>::configure(&device, SpillConfig::default().device_budget_fraction(0.5));
+    if memory_known {
+        result.unwrap();
+        let budget = SpillBackend::<I>::stats(&device).device_budget_bytes.unwrap();
+        assert!(budget > 0);
+    } else {
+        let err = result.unwrap_err();
+        assert!(
+            matches!(err, burn_spill::SpillError::DeviceMemoryUnknown { .. }),
+            "{err}"
+        );
+        SpillBackend::<I>::configure(
+            &device,
+            SpillConfig::default()
+                .device_budget_fraction(0.5)
+                .device_memory_bytes(64 << 20),
+        )
+        .unwrap();
+        assert_eq!(
+            SpillBackend::<I>::stats(&device).device_budget_bytes,
+            Some(32 << 20)
+        );
+    }
 }
 
 /// While a transposed view of an unfused CubeCL tensor is alive, its bytes are unevictable.
@@ -450,7 +517,7 @@ fn views_are_unevictable<I: Backend>() {
 
 /// The suite for one CubeCL backend; `fused` says whether its layout is lazy.
 macro_rules! cubecl_suite {
-    ($suite:ident, $backend:ty, fused: $fused:expr) => {
+    ($suite:ident, $backend:ty, fused: $fused:expr, memory_known: $known:expr) => {
         mod $suite {
             use super::*;
 
@@ -506,15 +573,24 @@ macro_rules! cubecl_suite {
                 let _lock = exclusive();
                 pool_is_reported::<$backend>();
             }
+
+            #[test]
+            fn fraction_budgets_use_the_memory_the_backend_reports() {
+                if skip() {
+                    return;
+                }
+                let _lock = exclusive();
+                fraction_budgets::<$backend>($known);
+            }
         }
     };
 }
 
 #[cfg(feature = "wgpu")]
-cubecl_suite!(wgpu_unfused, WgpuUnfused, fused: false);
+cubecl_suite!(wgpu_unfused, WgpuUnfused, fused: false, memory_known: false);
 #[cfg(all(feature = "wgpu", feature = "fusion"))]
-cubecl_suite!(wgpu_fused, WgpuFused, fused: true);
+cubecl_suite!(wgpu_fused, WgpuFused, fused: true, memory_known: false);
 #[cfg(feature = "cuda")]
-cubecl_suite!(cuda_unfused, CudaUnfused, fused: false);
+cubecl_suite!(cuda_unfused, CudaUnfused, fused: false, memory_known: true);
 #[cfg(all(feature = "cuda", feature = "fusion"))]
-cubecl_suite!(cuda_fused, CudaFused, fused: true);
+cubecl_suite!(cuda_fused, CudaFused, fused: true, memory_known: true);

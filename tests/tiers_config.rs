@@ -96,6 +96,20 @@ fn invalid_fractions_are_rejected_at_configure() {
     }
 }
 
+/// Flex has no allocator pool to report: the pool figures stay empty, never invented, and
+/// returning pages is a no-op.
+#[test]
+fn a_backend_without_a_pool_reports_none() {
+    let _serial = serial();
+    let device = dev();
+    Spill::configure(&device, SpillConfig::default().device_budget_bytes(1 << 20)).unwrap();
+    let x = input::<Spill>(1, 4, 4, &device).exp();
+    <Spill as burn::tensor::backend::Backend>::memory_cleanup(&device);
+    assert_eq!(Spill::stats(&device).pool, None);
+    assert_eq!(Spill::inner_pool_usage(&device), None);
+    drop(x);
+}
+
 #[test]
 fn fraction_of_declared_device_memory() {
     let _serial = serial();
