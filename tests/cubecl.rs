@@ -143,6 +143,7 @@ fn training_is_exact<I: Backend>(model: Model) -> Vec<(String, SpillStats)> {
         Model::Gpt => SpillConfig::transformer(),
     };
     let mut all = Vec::new();
+    let start = SpillBackend::<I>::stats(&device);
     // `None`: LRU with no tape and no prefetch, so that the asynchronous workers only evict.
     for policy in [
         Some(PolicyKind::Lru),
@@ -195,7 +196,7 @@ fn training_is_exact<I: Backend>(model: Model) -> Vec<(String, SpillStats)> {
     }
     // Informational (tests assert no timings): how long ops waited for bytes in each run, with
     // the workers on and off. The counters add up over runs; each line is its run's share.
-    let mut before = SpillStats::default();
+    let mut before = start;
     for (what, stats) in &all {
         let pool = stats
             .pool
@@ -449,7 +450,13 @@ fn pool_is_reported<I: Backend>() {
     assert!(pool.peak_reserved >= pool.reserved, "{pool:?}");
     assert!(pool.peak_in_use > 0, "{pool:?}");
     // Queued, not yet read: the cleanup must leave what these kernels read alone.
-    let queued = big.iter().cloned().reduce(|a, b| a * 0.5 + b).unwrap().exp().sum();
+    let queued = big
+        .iter()
+        .cloned()
+        .reduce(|a, b| a * 0.5 + b)
+        .unwrap()
+        .exp()
+        .sum();
     drop(big);
     SpillBackend::<I>::memory_cleanup(&device);
     let after = SpillBackend::<I>::stats(&device).pool.unwrap();
@@ -481,7 +488,9 @@ fn fraction_budgets<I: Backend>(memory_known: bool) {
         SpillBackend::<I>::configure(&device, SpillConfig::default().device_budget_fraction(0.5));
     if memory_known {
         result.unwrap();
-        let budget = SpillBackend::<I>::stats(&device).device_budget_bytes.unwrap();
+        let budget = SpillBackend::<I>::stats(&device)
+            .device_budget_bytes
+            .unwrap();
         assert!(budget > 0);
     } else {
         let err = result.unwrap_err();

@@ -51,6 +51,34 @@ fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
 }
 
+/// A ResNet-18 small enough for a test.
+const RESNET_TINY: &[&str] = &[
+    "--batch",
+    "4",
+    "--image-size",
+    "8",
+    "--width",
+    "4",
+    "--classes",
+    "3",
+];
+
+/// A GPT small enough for a test.
+const GPT_TINY: &[&str] = &[
+    "--batch",
+    "2",
+    "--layers",
+    "2",
+    "--d-model",
+    "16",
+    "--heads",
+    "2",
+    "--seq-len",
+    "8",
+    "--vocab",
+    "12",
+];
+
 /// Runs a tiny configuration with `--verify`, a report and a trace, and checks all three.
 fn verify_tiny(name: &str, model_args: &[&str], steps: usize) {
     let dir = tempfile::tempdir().unwrap();
@@ -127,20 +155,7 @@ fn report_path_with(report: &serde_json::Value, key: &str) -> PathBuf {
 
 #[test]
 fn resnet_tiny_run_verifies() {
-    verify_tiny(
-        "resnet",
-        &[
-            "--batch",
-            "4",
-            "--image-size",
-            "8",
-            "--width",
-            "4",
-            "--classes",
-            "3",
-        ],
-        3,
-    );
+    verify_tiny("resnet", RESNET_TINY, 3);
 }
 
 #[test]
@@ -165,24 +180,7 @@ fn resnet_bottleneck_tiny_run_verifies() {
 
 #[test]
 fn transformer_tiny_run_verifies() {
-    verify_tiny(
-        "transformer",
-        &[
-            "--batch",
-            "2",
-            "--layers",
-            "2",
-            "--d-model",
-            "16",
-            "--heads",
-            "2",
-            "--seq-len",
-            "8",
-            "--vocab",
-            "12",
-        ],
-        3,
-    );
+    verify_tiny("transformer", GPT_TINY, 3);
 }
 
 /// Whether a wgpu adapter opens here (a Vulkan driver such as lavapipe).
@@ -212,38 +210,7 @@ fn examples_verify_on_wgpu_and_report_the_pool() {
     if !wgpu_opens() {
         return;
     }
-    let runs: [(&str, &[&str]); 2] = [
-        (
-            "resnet",
-            &[
-                "--batch",
-                "4",
-                "--image-size",
-                "8",
-                "--width",
-                "4",
-                "--classes",
-                "3",
-            ],
-        ),
-        (
-            "transformer",
-            &[
-                "--batch",
-                "2",
-                "--layers",
-                "1",
-                "--d-model",
-                "16",
-                "--heads",
-                "2",
-                "--seq-len",
-                "8",
-                "--vocab",
-                "12",
-            ],
-        ),
-    ];
+    let runs: [(&str, &[&str]); 2] = [("resnet", RESNET_TINY), ("transformer", GPT_TINY)];
     for (name, model) in runs {
         let dir = tempfile::tempdir().unwrap();
         let report = dir.path().join("report.json");
