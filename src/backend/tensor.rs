@@ -524,6 +524,22 @@ impl<B: Backend> SpillTensor<B> {
         }
     }
 
+    /// A read by `B` of this tensor's primitive, taken out by `take` (restored first, outside
+    /// the exclusive-work lock: a prefetch in flight needs the lock to land), then read by
+    /// `read` in [`ordered_read`](Self::ordered_read).
+    pub(crate) fn read_ordered<P: Send + 'static, T: Send + 'static, F>(
+        self,
+        take: impl FnOnce(Self) -> P,
+        read: impl FnOnce(P) -> F + Send + 'static,
+    ) -> std::pin::Pin<Box<dyn Future<Output = T> + Send>>
+    where
+        F: Future<Output = T> + Send + 'static,
+    {
+        let engine = self.engine().clone();
+        let primitive = take(self);
+        Self::ordered_read(&engine, move || Box::pin(read(primitive)))
+    }
+
     pub(crate) fn into_float(self) -> B::FloatTensorPrimitive {
         self.read_in_scope("float_read", OpScope::take_float)
     }

@@ -20,7 +20,6 @@ use crate::stats::PoolStats;
 
 #[derive(Debug, Default)]
 struct Readings {
-    last: Option<PoolUsage>,
     peak_in_use: u64,
     peak_reserved: u64,
     cleanups: u64,
@@ -96,7 +95,6 @@ impl PoolWatch {
         let mut readings = self.lock();
         readings.peak_in_use = readings.peak_in_use.max(usage.in_use);
         readings.peak_reserved = readings.peak_reserved.max(usage.reserved);
-        readings.last = Some(usage);
         Some(usage)
     }
 
@@ -106,7 +104,6 @@ impl PoolWatch {
         let mut readings = self.lock();
         readings.peak_in_use = usage.map_or(0, |u| u.in_use);
         readings.peak_reserved = usage.map_or(0, |u| u.reserved);
-        readings.last = usage;
     }
 
     /// The figures after a fresh reading; `None` where the backend reports no pool.

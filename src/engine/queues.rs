@@ -10,7 +10,7 @@
 //! once to the worker's next upload and overwritten before those kernels ran. On the op
 //! thread's stream every upload, read and free of a worker is ordered exactly as it would be if
 //! the op thread had done it itself, which is what the synchronous engine does and what plain
-//! `B` does. The adapter (`crate::backend::streams`) implements this with CubeCL's stream
+//! `B` does. The adapter (`crate::backend::queues`) implements this with CubeCL's stream
 //! override; backends without streams ignore it.
 
 /// Bytes of the inner backend's memory pool, summed over the queues burn-spill's threads used.

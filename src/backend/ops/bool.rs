@@ -57,10 +57,7 @@ impl<B: Backend> BoolTensorOps<Self> for SpillBackend<B> {
     fn bool_into_data(
         tensor: SpillTensor<B>,
     ) -> impl Future<Output = Result<TensorData, ExecutionError>> + Send {
-        let engine = tensor.engine().clone();
-        // Restored first, outside the lock: a prefetch in flight needs the lock to land.
-        let primitive = tensor.into_bool();
-        SpillTensor::<B>::ordered_read(&engine, move || Box::pin(B::bool_into_data(primitive)))
+        tensor.read_ordered(SpillTensor::into_bool, B::bool_into_data)
     }
 
     fn bool_argwhere(

@@ -151,9 +151,6 @@ impl<B: Backend> FloatTensorOps<Self> for SpillBackend<B> {
     fn float_into_data(
         tensor: SpillTensor<B>,
     ) -> impl Future<Output = Result<TensorData, ExecutionError>> + Send {
-        let engine = tensor.engine().clone();
-        // Restored first, outside the lock: a prefetch in flight needs the lock to land.
-        let primitive = tensor.into_float();
-        SpillTensor::<B>::ordered_read(&engine, move || Box::pin(B::float_into_data(primitive)))
+        tensor.read_ordered(SpillTensor::into_float, B::float_into_data)
     }
 }

@@ -125,9 +125,6 @@ impl<B: Backend> IntTensorOps<Self> for SpillBackend<B> {
     fn int_into_data(
         tensor: SpillTensor<B>,
     ) -> impl Future<Output = Result<TensorData, ExecutionError>> + Send {
-        let engine = tensor.engine().clone();
-        // Restored first, outside the lock: a prefetch in flight needs the lock to land.
-        let primitive = tensor.into_int();
-        SpillTensor::<B>::ordered_read(&engine, move || Box::pin(B::int_into_data(primitive)))
+        tensor.read_ordered(SpillTensor::into_int, B::int_into_data)
     }
 }

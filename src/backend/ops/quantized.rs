@@ -107,9 +107,6 @@ impl<B: Backend> QTensorOps<Self> for SpillBackend<B> {
     fn q_into_data(
         tensor: SpillTensor<B>,
     ) -> impl Future<Output = Result<TensorData, ExecutionError>> + Send {
-        let engine = tensor.engine().clone();
-        // Restored first, outside the lock: a prefetch in flight needs the lock to land.
-        let primitive = tensor.into_quantized();
-        SpillTensor::<B>::ordered_read(&engine, move || Box::pin(B::q_into_data(primitive)))
+        tensor.read_ordered(SpillTensor::into_quantized, B::q_into_data)
     }
 }
