@@ -22,7 +22,7 @@ use burn::tensor::backend::Backend;
 use burn::tensor::{Int, Tensor, TensorData};
 use burn_spill::{PolicyKind, SpillBackend, SpillConfig, SpillStats};
 use proptest::prelude::*;
-use proptest::test_runner::{Config, TestRunner};
+use proptest::test_runner::{Config, TestCaseError, TestRunner};
 use small_models::{TrainRun, train_cnn_observed, train_gpt_observed};
 
 /// wgpu without fusion: every op is a kernel launch.
@@ -261,8 +261,40 @@ enum Reg<B: Backend> {
     I(Tensor<B, 1, Int>),
 }
 
+/// How a program transposes a matrix with a dimension of 1 (a "thin" one).
+///
+/// Burn 0.21's fusion computes elementwise ops on such a transposed view wrongly in some
+/// programs, depending on where the stream is drained (`fusion_miscompiles_after_a_read` and
+/// `fusion_miscompiles_a_transposed_reduction` show it on plain fused wgpu). A read drains it,
+/// and burn-spill reads whenever it evicts, so on a fused backend the spilled run meets the
+/// miscompile at other places than plain does. The fused suites therefore reshape thin
+/// matrices instead (the same values, contiguous); every other transpose stays a view.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Thin {
+    Transpose,
+    Reshape,
+}
+
+fn transposed<B: Backend>(t: Tensor<B, 2>, thin: Thin) -> Tensor<B, 2> {
+    let [rows, cols] = t.dims();
+    match thin {
+        Thin::Reshape if rows == 1 || cols == 1 => t.reshape([cols, rows]),
+        _ => t.transpose(),
+    }
+}
+
 /// Runs `program` on `B`: every read in order, then every register left.
-fn run<B: Backend>(program: &[Inst]) -> Vec<TensorData> {
+fn run<B: Backend>(program: &[Inst], thin: Thin) -> Vec<TensorData> {
+    run_draining::<B>(program, thin, |_| false)
+}
+
+/// [`run`], with `B::sync` (which drains a lazy backend's stream: burn-fusion executes what it
+/// has queued) after every instruction `drain_after` picks.
+fn run_draining<B: Backend>(
+    program: &[Inst],
+    thin: Thin,
+    drain_after: impl Fn(usize) -> bool,
+) -> Vec<TensorData> {
     let device = B::Device::default();
     let mut regs: Vec<Reg<B>> = Vec::new();
     let mut out = Vec::new();
@@ -276,7 +308,7 @@ fn run<B: Backend>(program: &[Inst]) -> Vec<TensorData> {
             .collect();
         (!floats.is_empty()).then(|| floats[k % floats.len()].clone())
     };
-    for inst in program {
+    for (at, inst) in program.iter().enumerate() {
         let made = match *inst {
             Inst::Create { rows, seed } => {
                 let values: Vec<f32> = (0..rows * 4)
@@ -296,10 +328,10 @@ fn run<B: Backend>(program: &[Inst]) -> Vec<TensorData> {
             Inst::MulScalar(a, s) => float(&regs, a).map(|t| Reg::F(t.mul_scalar(s as f32 / 64.0))),
             Inst::Matmul(a, b) => match (float(&regs, a), float(&regs, b)) {
                 (Some(x), Some(y)) if x.dims()[1] == y.dims()[0] => Some(Reg::F(x.matmul(y))),
-                (Some(x), _) => Some(Reg::F(x.clone().matmul(x.transpose()))),
+                (Some(x), _) => Some(Reg::F(x.clone().matmul(transposed(x, thin)))),
                 _ => None,
             },
-            Inst::Transpose(a) => float(&regs, a).map(|t| Reg::F(t.transpose())),
+            Inst::Transpose(a) => float(&regs, a).map(|t| Reg::F(transposed(t, thin))),
             Inst::Slice(a) => float(&regs, a).map(|t| {
                 let [rows, cols] = t.dims();
                 Reg::F(t.slice([0..rows.div_ceil(2), 0..cols]))
@@ -330,6 +362,9 @@ fn run<B: Backend>(program: &[Inst]) -> Vec<TensorData> {
                 regs.remove(0);
             }
         }
+        if drain_after(at) {
+            B::sync(&device).unwrap();
+        }
     }
     for reg in regs {
         out.push(match reg {
@@ -340,9 +375,123 @@ fn run<B: Backend>(program: &[Inst]) -> Vec<TensorData> {
     out
 }
 
+/// How the reads of `SpillBackend<I>` compare with plain `I`'s.
+///
+/// Plain `I` is the oracle, with exceptions that are upstream's. Burn 0.21's fusion computes
+/// some programs wrongly, and which ones depends on where its stream is drained
+/// (`fusion_miscompiles_after_a_read`, `fusion_miscompiles_a_transposed_reduction`). A read
+/// drains it, and so does a drop on another thread (burn-fusion syncs the tensor's stream);
+/// burn-spill reads whenever it evicts, so on a fused backend it drains at other places than
+/// plain does. A spilled read that differs from plain is therefore allowed only when:
+/// - it equals `R`'s (`I` without fusion) and plain `I`'s does not: plain was wrong; or
+/// - plain `I` itself changes when its stream is drained after some instruction: the program
+///   is one whose result fusion does not define, and nothing can be compared on it.
+///
+/// Both are counted and printed. On unfused backends neither happens, so every difference
+/// fails; on fused ones every difference fails unless plain fused is shown wrong or unstable.
+struct Oracle<'a> {
+    plain: &'a [TensorData],
+    reference: &'a dyn Fn() -> Vec<TensorData>,
+    reference_reads: std::cell::OnceCell<Vec<TensorData>>,
+    drain_sensitive: &'a dyn Fn() -> bool,
+    drain_sensitive_seen: std::cell::OnceCell<bool>,
+}
+
+/// What [`Oracle::judge`] let pass that plain did not compute.
+#[derive(Default, Debug, Clone, Copy)]
+struct Excused {
+    /// Reads where the spilled run was right and plain fused was not.
+    plain_wrong: usize,
+    /// Runs of programs whose plain result changes with where the stream is drained.
+    drain_sensitive: usize,
+}
+
+impl Excused {
+    fn add(&mut self, other: Excused) {
+        self.plain_wrong += other.plain_wrong;
+        self.drain_sensitive += other.drain_sensitive;
+    }
+}
+
+impl<'a> Oracle<'a> {
+    fn new(
+        plain: &'a [TensorData],
+        reference: &'a dyn Fn() -> Vec<TensorData>,
+        drain_sensitive: &'a dyn Fn() -> bool,
+    ) -> Self {
+        Self {
+            plain,
+            reference,
+            reference_reads: Default::default(),
+            drain_sensitive,
+            drain_sensitive_seen: Default::default(),
+        }
+    }
+
+    fn judge(&self, spilled: &[TensorData], what: &str) -> Result<Excused, String> {
+        if self.plain.len() != spilled.len() {
+            return Err(format!(
+                "{what}: {} reads on plain, {} spilled",
+                self.plain.len(),
+                spilled.len()
+            ));
+        }
+        let mut excused = Excused::default();
+        for (k, (p, s)) in self.plain.iter().zip(spilled).enumerate() {
+            if same_read(p, s) {
+                continue;
+            }
+            let reference = self.reference_reads.get_or_init(|| (self.reference)());
+            match reference.get(k) {
+                Some(r) if same_read(r, s) && !same_read(r, p) => excused.plain_wrong += 1,
+                _ if *self
+                    .drain_sensitive_seen
+                    .get_or_init(|| (self.drain_sensitive)()) =>
+                {
+                    excused.drain_sensitive += 1;
+                    return Ok(excused);
+                }
+                _ => {
+                    return Err(format!(
+                        "{what}: read {k} differs: plain {p:?}, spilled {s:?}"
+                    ));
+                }
+            }
+        }
+        Ok(excused)
+    }
+}
+
+fn same_read(a: &TensorData, b: &TensorData) -> bool {
+    a.shape == b.shape && a.as_bytes() == b.as_bytes()
+}
+
+fn same_reads(a: &[TensorData], b: &[TensorData]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).all(|(x, y)| same_read(x, y))
+}
+
+/// Whether plain `I`'s reads of `program` change when its stream is drained after one
+/// instruction, for some instruction, or after every one.
+fn drain_sensitive<I: Backend>(program: &[Inst], thin: Thin, plain: &[TensorData]) -> bool {
+    let differs = |reads: Vec<TensorData>| !same_reads(&reads, plain);
+    differs(run_draining::<I>(program, thin, |_| true))
+        || (0..program.len()).any(|p| differs(run_draining::<I>(program, thin, |at| at == p)))
+}
+
+fn report_excused(excused: Excused, name: &str) {
+    if excused.plain_wrong + excused.drain_sensitive > 0 {
+        println!(
+            "{name}: {} reads where plain was wrong and the spilled run right; {} runs of \
+             programs whose plain result depends on where the stream is drained",
+            excused.plain_wrong, excused.drain_sensitive
+        );
+    }
+}
+
 /// Runs random programs on plain `I` and on `SpillBackend<I>` under budgets 0, 256 B and
-/// unlimited, with host limits 0 and unlimited, asynchronous and synchronous.
-fn random_programs_are_exact<I: Backend>(cases: u32) {
+/// unlimited, with host limits 0 and unlimited, asynchronous and synchronous; `R` is `I`
+/// without fusion (see [`Oracle`]), `thin` how thin matrices are transposed (see [`Thin`]).
+fn random_programs_are_exact<I: Backend, R: Backend>(cases: u32, thin: Thin) {
     let device = I::Device::default();
     let _reset = Reset::<I>(device.clone());
     let mut runner = TestRunner::new(Config {
@@ -351,9 +500,13 @@ fn random_programs_are_exact<I: Backend>(cases: u32) {
         ..Config::default()
     });
     let strategy = proptest::collection::vec(inst(), 1..40);
+    let excused = std::cell::Cell::new(Excused::default());
     runner
         .run(&strategy, |program| {
-            let plain = run::<I>(&program);
+            let plain = run::<I>(&program, thin);
+            let reference = || run::<R>(&program, thin);
+            let unstable = || drain_sensitive::<I>(&program, thin, &plain);
+            let oracle = Oracle::new(&plain, &reference, &unstable);
             for budget in [Some(0), Some(256), None] {
                 for host in [None, Some(0)] {
                     for asynchronous in [true, false] {
@@ -365,17 +518,16 @@ fn random_programs_are_exact<I: Backend>(cases: u32) {
                             config = config.host_limit_bytes(h);
                         }
                         SpillBackend::<I>::configure(&device, config).unwrap();
-                        let spilled = run::<SpillBackend<I>>(&program);
+                        let spilled = run::<SpillBackend<I>>(&program, thin);
                         let what =
                             format!("budget {budget:?}, host {host:?}, async {asynchronous}");
-                        prop_assert_eq!(plain.len(), spilled.len(), "{}: reads", what);
-                        for (k, (p, s)) in plain.iter().zip(&spilled).enumerate() {
-                            prop_assert!(
-                                p.shape == s.shape && p.as_bytes() == s.as_bytes(),
-                                "{}: read {} differs",
-                                what,
-                                k
-                            );
+                        match oracle.judge(&spilled, &what) {
+                            Ok(more) => {
+                                let mut all = excused.get();
+                                all.add(more);
+                                excused.set(all);
+                            }
+                            Err(e) => return Err(TestCaseError::fail(e)),
                         }
                         let live = SpillBackend::<I>::live(&device);
                         prop_assert_eq!((live.tensors, live.bytes), (0, 0), "{}: left alive", what);
@@ -385,6 +537,164 @@ fn random_programs_are_exact<I: Backend>(cases: u32) {
             Ok(())
         })
         .unwrap();
+    report_excused(excused.get(), &I::name(&device));
+}
+
+/// Programs that once failed, run several times each under every configuration (a failure
+/// that depends on timing does not show on every run), judged by [`Oracle`].
+fn known_programs_are_exact<I: Backend, R: Backend>(rounds: usize, thin: Thin) -> Excused {
+    use Inst::*;
+    let device = I::Device::default();
+    let _reset = Reset::<I>(device.clone());
+    // CI, fused wgpu, budget 0: the last read differed. Plain fused wgpu is what was wrong
+    // (`fusion_miscompiles_a_transposed_reduction` is its core); the spilled run was right.
+    let programs = [
+        vec![
+            Create { rows: 1, seed: 0 },
+            Create { rows: 1, seed: 0 },
+            DropElsewhere(0),
+            Create { rows: 2, seed: 0 },
+            SumDim(1),
+            Argmax(0),
+            Matmul(0, 1),
+            Transpose(6),
+            Create { rows: 4, seed: 233 },
+            Create { rows: 2, seed: 136 },
+            SumDim(1),
+            SumDim(2),
+            Clone(11),
+            Clone(8),
+            Transpose(4),
+            MulScalar(1, 52),
+            Slice(0),
+            Matmul(14, 4),
+        ],
+        // A longer hunt, fused wgpu, budget 256 B: the sixth read differed, [x, 1, 1, 1] for an
+        // `exp` of a thin transposed view after a drop on another thread (which drains the
+        // stream). Plain fused wgpu gets it as wrong with a read where burn-spill evicted.
+        vec![
+            Create { rows: 4, seed: 0 },
+            SumDim(0),
+            Add(2, 0),
+            Create { rows: 1, seed: 0 },
+            DropElsewhere(11),
+            Transpose(10),
+            Transpose(6),
+            Exp(8),
+            Matmul(7, 0),
+            SumDim(0),
+        ],
+        // A longer hunt, fused wgpu, budget 256 B: the ninth read differed, [x, 1, 1, 1] for an
+        // `exp` of a thin transposed view. Plain fused wgpu gets it as wrong with one read more
+        // (`fusion_miscompiles_after_a_read`).
+        miscompiled_after_a_read(),
+    ];
+    let mut excused = Excused::default();
+    for program in &programs {
+        let plain = run::<I>(program, thin);
+        let reference = || run::<R>(program, thin);
+        let unstable = || drain_sensitive::<I>(program, thin, &plain);
+        let oracle = Oracle::new(&plain, &reference, &unstable);
+        for round in 0..rounds {
+            for budget in [Some(0), Some(256), None] {
+                for asynchronous in [true, false] {
+                    let mut config = SpillConfig::default().asynchronous(asynchronous);
+                    if let Some(b) = budget {
+                        config = config.device_budget_bytes(b);
+                    }
+                    SpillBackend::<I>::configure(&device, config).unwrap();
+                    let spilled = run::<SpillBackend<I>>(program, thin);
+                    let what = format!("round {round}, budget {budget:?}, async {asynchronous}");
+                    excused.add(oracle.judge(&spilled, &what).unwrap());
+                }
+            }
+        }
+    }
+    excused
+}
+
+/// The third program that once failed: as generated, its thin transposes are views.
+fn miscompiled_after_a_read() -> Vec<Inst> {
+    use Inst::*;
+    vec![
+        Create { rows: 1, seed: 0 },
+        Transpose(0),
+        Create { rows: 1, seed: 0 },
+        Create { rows: 1, seed: 0 },
+        Argmax(0),
+        MulScalar(5, 0),
+        Argmax(4),
+        SumDim(11),
+        Transpose(13),
+        Argmax(2),
+        SumDim(4),
+        Argmax(1),
+        MulScalar(9, 1),
+        Create { rows: 1, seed: 0 },
+        Transpose(10),
+        Matmul(7, 2),
+        Argmax(5),
+        Matmul(2, 5),
+        Transpose(12),
+        Exp(3),
+        MulScalar(4, 0),
+    ]
+}
+
+/// Plain fused wgpu, no burn-spill: the program above with one read before its last
+/// instruction disagrees with unfused wgpu (which agrees with itself with or without the
+/// read). Any register's read does it: what matters is that the read drains the stream there.
+/// Fails (and says so) the day the pinned Burn computes it right.
+#[cfg(all(feature = "wgpu", feature = "fusion"))]
+#[test]
+fn fusion_miscompiles_after_a_read() {
+    if !available::<WgpuFused>("wgpu_fused") {
+        return;
+    }
+    let _lock = exclusive();
+    let mut program = miscompiled_after_a_read();
+    let unfused = run::<WgpuUnfused>(&program, Thin::Transpose);
+    assert!(same_reads(
+        &run::<WgpuFused>(&program, Thin::Transpose),
+        &unfused
+    ));
+    program.insert(program.len() - 1, Inst::Read(0));
+    let unfused_read = run::<WgpuUnfused>(&program, Thin::Transpose);
+    assert!(
+        same_reads(&unfused_read[1..], &unfused),
+        "unfused, with the read"
+    );
+    assert!(
+        !same_reads(&run::<WgpuFused>(&program, Thin::Transpose), &unfused_read),
+        "plain fused wgpu computes this right now: the pinned Burn fixed it, so the fused \
+         suites can transpose thin matrices again (`Thin`)"
+    );
+}
+
+/// The core of the first program that once failed, on plain backends only: Burn 0.21's fusion computes
+/// `t * 0.8125` from the wrong elements when `t` is the transpose of a reduction `s` that is
+/// reduced again and dropped before `t` is used. Unfused CubeCL is right. This is why the
+/// fused suites judge with [`Oracle`]; the test fails (and says so) the day the pinned Burn
+/// computes it right, so that the exception can go.
+#[cfg(all(feature = "wgpu", feature = "fusion"))]
+fn fusion_miscompiles_a_transposed_reduction<I: Backend>() -> (Vec<f32>, Vec<f32>) {
+    fn rows<B: Backend>(rows: usize, seed: usize) -> Tensor<B, 2> {
+        let values: Vec<f32> = (0..rows * 4)
+            .map(|i| ((i * 7 + seed) % 17) as f32 * 0.125 - 1.0)
+            .collect();
+        Tensor::from_data(TensorData::new(values, [rows, 4]), &Default::default())
+    }
+    let c = rows::<I>(2, 0);
+    let s = c.clone().sum_dim(1);
+    let t = s.clone().transpose();
+    let e = rows::<I>(2, 136);
+    let s_again = s.clone().sum_dim(1);
+    drop(c);
+    let e_t = e.clone().transpose();
+    drop(s);
+    let scaled = t.mul_scalar(0.8125).into_data().to_vec::<f32>().unwrap();
+    drop((e, e_t, s_again));
+    (scaled, vec![-0.875 * 0.8125, 0.375 * 0.8125])
 }
 
 /// Cases per backend: 24 by default; `CUBECL_PROGRAM_CASES` for a longer hunt.
@@ -527,12 +837,20 @@ fn views_are_unevictable<I: Backend>() {
 
 /// The suite for one CubeCL backend; `fused` says whether its layout is lazy.
 macro_rules! cubecl_suite {
-    ($suite:ident, $backend:ty, fused: $fused:expr, memory_known: $known:expr) => {
+    ($suite:ident, $backend:ty, reference: $reference:ty, fused: $fused:expr, memory_known: $known:expr) => {
         mod $suite {
             use super::*;
 
             fn skip() -> bool {
                 !available::<$backend>(stringify!($suite))
+            }
+
+            fn thin() -> Thin {
+                if $fused {
+                    Thin::Reshape
+                } else {
+                    Thin::Transpose
+                }
             }
 
             #[test]
@@ -559,7 +877,18 @@ macro_rules! cubecl_suite {
                     return;
                 }
                 let _lock = exclusive();
-                random_programs_are_exact::<$backend>(program_cases());
+                random_programs_are_exact::<$backend, $reference>(program_cases(), thin());
+            }
+
+            #[test]
+            fn programs_that_once_failed_match() {
+                if skip() {
+                    return;
+                }
+                let _lock = exclusive();
+                // As they failed: thin transposes as views.
+                let excused = known_programs_are_exact::<$backend, $reference>(8, Thin::Transpose);
+                report_excused(excused, stringify!($suite));
             }
 
             #[test]
@@ -597,10 +926,36 @@ macro_rules! cubecl_suite {
 }
 
 #[cfg(feature = "wgpu")]
-cubecl_suite!(wgpu_unfused, WgpuUnfused, fused: false, memory_known: false);
+cubecl_suite!(wgpu_unfused, WgpuUnfused, reference: WgpuUnfused, fused: false, memory_known: false);
 #[cfg(all(feature = "wgpu", feature = "fusion"))]
-cubecl_suite!(wgpu_fused, WgpuFused, fused: true, memory_known: false);
+cubecl_suite!(wgpu_fused, WgpuFused, reference: WgpuUnfused, fused: true, memory_known: false);
 #[cfg(feature = "cuda")]
-cubecl_suite!(cuda_unfused, CudaUnfused, fused: false, memory_known: true);
+cubecl_suite!(cuda_unfused, CudaUnfused, reference: CudaUnfused, fused: false, memory_known: true);
 #[cfg(all(feature = "cuda", feature = "fusion"))]
-cubecl_suite!(cuda_fused, CudaFused, fused: true, memory_known: true);
+cubecl_suite!(cuda_fused, CudaFused, reference: CudaUnfused, fused: true, memory_known: true);
+
+/// Upstream's miscompile that [`Oracle`] allows for: wrong on plain fused wgpu, right unfused
+/// and right on `SpillBackend` over fused wgpu at budget 0 (where the reduction is materialised
+/// before the transpose is read).
+#[cfg(all(feature = "wgpu", feature = "fusion"))]
+#[test]
+fn fused_wgpu_miscompiles_a_transposed_reduction() {
+    if !available::<WgpuFused>("wgpu_fused") {
+        return;
+    }
+    let _lock = exclusive();
+    let device = burn::backend::wgpu::WgpuDevice::default();
+    let _reset = Reset::<WgpuFused>(device.clone());
+    let (unfused, right) = fusion_miscompiles_a_transposed_reduction::<WgpuUnfused>();
+    assert_eq!(unfused, right, "unfused wgpu");
+    let (fused, _) = fusion_miscompiles_a_transposed_reduction::<WgpuFused>();
+    assert_ne!(
+        fused, right,
+        "plain fused wgpu computes this right now: the pinned Burn fixed it, so `Oracle` can \
+         compare fused runs with plain alone again"
+    );
+    SpillBackend::<WgpuFused>::configure(&device, SpillConfig::default().device_budget_bytes(0))
+        .unwrap();
+    let (spilled, _) = fusion_miscompiles_a_transposed_reduction::<SpillBackend<WgpuFused>>();
+    assert_eq!(spilled, right, "SpillBackend<fused wgpu> at budget 0");
+}
