@@ -1,0 +1,257 @@
+//! Admitting one op: its inputs pinned and counted, room made for them and its estimated
+//! output before `B` runs it, and after it the outputs indexed, the estimate learnt and an op
+//! over the budget reported.
+
+use std::hash::{Hash, Hasher};
+use std::sync::Weak;
+use std::sync::atomic::Ordering;
+
+use crate::engine::index::Spillable;
+use crate::engine::slot::{TensorId, Tier};
+use crate::fast_hash::FastHasher;
+use crate::policy::plan::{KeyAt, PlanKey};
+
+use super::prefetch::MAX_LEAD;
+use super::{DeviceEngine, lock};
+
+/// One tensor an op reads.
+pub struct OpInput {
+    /// Its id.
+    pub id: TensorId,
+    /// Its bytes.
+    pub bytes: u64,
+    /// The tier holding it now.
+    pub tier: Tier,
+    /// Whether it may be moved off the device (strided views may not).
+    pub evictable: bool,
+    /// The handle, for the index.
+    pub victim: Weak<dyn Spillable>,
+}
+
+/// One tensor an op produced.
+pub struct OpOutput {
+    /// Its id.
+    pub id: TensorId,
+    /// Its bytes.
+    pub bytes: u64,
+    /// Whether it may be moved off the device.
+    pub evictable: bool,
+    /// The handle, for the index.
+    pub victim: Weak<dyn Spillable>,
+}
+
+/// What `begin_op` learned, handed back to `end_op`.
+#[derive(Debug)]
+pub struct OpTicket {
+    name: &'static str,
+    budget: u64,
+    strict: bool,
+    signature: u64,
+    inputs: smallvec::SmallVec<[TensorId; 4]>,
+    /// Bytes of the evictable inputs (the others are in the ledger's unevictable count).
+    evictable_input_bytes: u64,
+    /// The step and the op's position in it, for the outputs' plan keys.
+    step: u64,
+    position: u32,
+    planning: bool,
+}
+
+/// Estimates are keyed by op and input sizes; a step's worth of distinct keys is a few
+/// thousand, so this bound only guards against unbounded shape churn.
+pub(super) const MAX_ESTIMATES: usize = 1 << 16;
+
+impl DeviceEngine {
+    /// Pins `inputs` and evicts other tensors until the inputs that must be restored plus the
+    /// estimated output fit the budget. `hint` folds in the non-tensor arguments that decide
+    /// the output size. Returns `None` when no budget is in force.
+    pub fn begin_op(&self, name: &'static str, inputs: &[OpInput], hint: u64) -> Option<OpTicket> {
+        let limits = self.limits();
+        let budget = limits.budget?;
+        let planning = limits.planning();
+        let (step, position) = self.recorder.position();
+        if planning {
+            self.step_changed(step);
+        }
+        let has_plan = planning && self.plan().is_some();
+        let (mut hits, mut misses) = (0u64, 0u64);
+        let mut late = Vec::new();
+        let tick = self.tick.fetch_add(1, Ordering::Relaxed);
+        let mut ids = smallvec::SmallVec::<[TensorId; 4]>::new();
+        let (mut input_bytes, mut to_restore, mut largest) = (0u64, 0u64, 0u64);
+        let mut evictable_input_bytes = 0u64;
+        let mut hasher = FastHasher::default();
+        name.hash(&mut hasher);
+        hint.hash(&mut hasher);
+        {
+            let mut index = lock(&self.index);
+            for (slot, input) in inputs.iter().enumerate() {
+                input.bytes.hash(&mut hasher);
+                if input.evictable {
+                    index.insert_or_touch(input.id, input.bytes, input.tier, tick, || {
+                        input.victim.clone()
+                    });
+                    index.pin(input.id);
+                }
+                if ids.contains(&input.id) {
+                    ids.push(input.id);
+                    continue;
+                }
+                if input.evictable && planning {
+                    let note = index.note_input(input.id, step, position, slot as u16);
+                    if input.tier != Tier::Device {
+                        misses += 1;
+                        if let Some(key) = note.key_before.filter(|_| has_plan) {
+                            late.push(key.key);
+                        }
+                    } else if note.prefetched {
+                        hits += 1;
+                    }
+                } else if input.evictable && input.tier != Tier::Device {
+                    misses += 1;
+                }
+                ids.push(input.id);
+                input_bytes += input.bytes;
+                if input.evictable {
+                    evictable_input_bytes += input.bytes;
+                }
+                largest = largest.max(input.bytes);
+                if input.tier != Tier::Device {
+                    to_restore += input.bytes;
+                }
+            }
+        }
+        self.ledger.on_prefetch_outcome(hits, misses);
+        if !late.is_empty() && limits.prefetch_window > 0 {
+            // Capuchin's rule: a tensor that came late is asked for earlier next step.
+            let mut leads = lock(&self.leads);
+            for key in late {
+                let lead = leads.entry(key).or_default();
+                *lead = (*lead * 2).clamp(1, MAX_LEAD);
+            }
+        }
+        let signature = hasher.finish();
+        let estimate = lock(&self.estimates)
+            .get(&signature)
+            .copied()
+            .unwrap_or(largest);
+        if input_bytes > budget && limits.strict {
+            self.finish_pins(&ids);
+            panic!(
+                "burn-spill (strict): op `{name}` needs {input_bytes} bytes of inputs on the device, \
+                 more than the device budget of {budget} bytes; raise the budget or turn strict mode off"
+            );
+        }
+        let target = budget.saturating_sub(to_restore.saturating_add(estimate));
+        if self.device_committed() > target {
+            self.make_room(target);
+        }
+        Some(OpTicket {
+            name,
+            budget,
+            strict: limits.strict,
+            signature,
+            inputs: ids,
+            evictable_input_bytes,
+            step,
+            position,
+            planning,
+        })
+    }
+
+    /// Unpins the inputs, indexes the outputs, learns the output size and counts an op that ran
+    /// over the budget. Call it while the consumed inputs are still counted (before they drop),
+    /// so that the device bytes seen here are the op's real peak.
+    pub fn end_op(&self, ticket: OpTicket, outputs: &[OpOutput]) {
+        let tick = self.tick.fetch_add(1, Ordering::Relaxed);
+        let (mut output_bytes, mut evictable_output_bytes) = (0u64, 0u64);
+        {
+            let mut index = lock(&self.index);
+            for id in &ticket.inputs {
+                index.unpin(*id);
+            }
+            for (i, out) in outputs.iter().enumerate() {
+                if out.evictable {
+                    index.insert_or_touch(out.id, out.bytes, Tier::Device, tick, || {
+                        out.victim.clone()
+                    });
+                    if ticket.planning {
+                        index.set_key(
+                            out.id,
+                            KeyAt {
+                                step: ticket.step,
+                                key: PlanKey::Produced {
+                                    op: ticket.position,
+                                    slot: i as u16,
+                                },
+                            },
+                        );
+                    }
+                }
+                if !outputs[..i].iter().any(|o| o.id == out.id) {
+                    output_bytes += out.bytes;
+                    if out.evictable {
+                        evictable_output_bytes += out.bytes;
+                    }
+                }
+            }
+        }
+        {
+            let mut estimates = lock(&self.estimates);
+            if estimates.len() >= MAX_ESTIMATES {
+                estimates.clear();
+            }
+            estimates.insert(ticket.signature, output_bytes);
+        }
+        let resident = self.ledger.resident(Tier::Device);
+        if resident > ticket.budget {
+            // What no eviction could have freed: this op's own tensors and the unevictable ones.
+            let unavoidable =
+                ticket.evictable_input_bytes + evictable_output_bytes + self.ledger.unevictable();
+            if unavoidable > ticket.budget {
+                self.over_budget(&ticket, resident);
+            } else {
+                self.ledger.on_estimate_miss();
+            }
+        }
+    }
+
+    /// Ends an op that produced no tensor (a read, a metadata query).
+    pub fn end_op_without_outputs(&self, ticket: OpTicket) {
+        self.finish_pins(&ticket.inputs);
+    }
+
+    pub(super) fn finish_pins(&self, ids: &[TensorId]) {
+        let mut index = lock(&self.index);
+        for id in ids {
+            index.unpin(*id);
+        }
+    }
+
+    pub(super) fn over_budget(&self, ticket: &OpTicket, held: u64) {
+        self.ledger.on_over_budget(held);
+        if ticket.strict {
+            panic!(
+                "burn-spill (strict): op `{}` needed {held} bytes on the device (its inputs and outputs \
+                 plus {} bytes that may not be evicted), more than the device budget of {} bytes; \
+                 raise the budget or turn strict mode off",
+                ticket.name,
+                self.ledger.unevictable(),
+                ticket.budget
+            );
+        }
+        if lock(&self.warned_ops).insert(ticket.name) {
+            tracing::warn!(
+                target: "burn_spill::budget",
+                op = ticket.name,
+                held_bytes = held,
+                budget_bytes = ticket.budget,
+                "op needs more device memory than the budget and runs over it (logged once per op kind)"
+            );
+        }
+    }
+
+    /// Device bytes that count against the budget: resident plus on their way in.
+    pub(super) fn device_committed(&self) -> u64 {
+        self.ledger.resident(Tier::Device) + self.inflight_in.load(Ordering::Relaxed)
+    }
+}

@@ -1,0 +1,311 @@
+//! Choosing victims by the policy (and the plan) and evicting them, alone or batched, until
+//! the device is down to a target; the host tier's overflow demoted to disk.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use crate::engine::index::{Candidate, Spillable};
+use crate::engine::ledger::Direction;
+use crate::engine::slot::{TensorId, Tier};
+use crate::engine::transfer::on_worker;
+use crate::fast_hash::FastSet;
+use crate::policy::plan::NextUse;
+use crate::policy::victim::{self, Bandwidth};
+
+use super::prefetch::{BENCHED_STEPS, MAX_BENCH_DOUBLINGS, Room};
+use super::settle::MEASURED_MOVES;
+use super::step::Placement;
+use super::{DeviceEngine, Limits, lock};
+
+/// How an eviction pass ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Eviction {
+    /// The device is at or under the target.
+    Reached,
+    /// It moved its share of bytes and stopped short.
+    Sliced,
+    /// Nothing more could be evicted.
+    Stuck,
+}
+
+/// Tensors up to this size are evicted in batches (one read, one host buffer): their
+/// per-transfer cost is more than their bytes'.
+pub(super) const BATCH_TENSOR_MAX: u64 = 256 << 10;
+
+/// The most bytes one batch carries.
+pub(super) const BATCH_BYTES: u64 = 4 << 20;
+
+impl DeviceEngine {
+    /// Evicts by the policy until device bytes (with those in flight to it) are at most
+    /// `target`, then spills host overflow to disk (left to the I/O worker, queued by the next
+    /// `after_op`, when the engine is asynchronous). Returns whether it got there. On an op's
+    /// thread the time it takes is stall time: the op waits for it.
+    pub fn make_room(&self, target: u64) -> bool {
+        let start = Instant::now();
+        let mut reached = self.evict_until(target);
+        let limits = self.limits();
+        if !reached && limits.asynchronous && !on_worker() {
+            // The tensors left may be busy in a worker's move (an eviction that will free them,
+            // a prefetch): let the workers finish, then try again.
+            self.quiesce();
+            reached = self.evict_until(target);
+        }
+        if !limits.asynchronous {
+            self.spill_host_overflow(&limits);
+        }
+        if !on_worker() {
+            self.ledger.on_stall(start.elapsed());
+        }
+        reached
+    }
+
+    /// Makes `room` for a prefetch on the calling thread, as far as the tensors it may evict
+    /// allow (the prefetch waits for another op otherwise).
+    pub(super) fn make_room_for(&self, room: Room) {
+        if self.device_committed() <= room.level {
+            return;
+        }
+        let start = Instant::now();
+        self.evict_until_within(room.level, u64::MAX, Some(room.beyond));
+        if !on_worker() {
+            self.ledger.on_stall(start.elapsed());
+        }
+    }
+
+    pub(super) fn evict_until(&self, target: u64) -> bool {
+        self.evict_until_within(target, u64::MAX, None) == Eviction::Reached
+    }
+
+    /// [`evict_until`](Self::evict_until), stopping once `slice` bytes moved, and taking only
+    /// tensors next used after absolute position `beyond` when given.
+    pub(super) fn evict_until_within(
+        &self,
+        target: u64,
+        slice: u64,
+        beyond: Option<u64>,
+    ) -> Eviction {
+        let mut tried = FastSet::default();
+        let mut evicted = 0u64;
+        loop {
+            let committed = self.device_committed();
+            if committed <= target {
+                return Eviction::Reached;
+            }
+            if evicted >= slice {
+                return Eviction::Sliced;
+            }
+            let candidates = self.victims(Tier::Device, committed - target, &tried, beyond);
+            if candidates.is_empty() {
+                return Eviction::Stuck;
+            }
+            let mut moved = Vec::with_capacity(candidates.len());
+            let mut batch: Vec<&Candidate> = Vec::with_capacity(candidates.len());
+            tried.reserve(candidates.len());
+            let mut batch_bytes = 0u64;
+            let mut yielded = false;
+            for (i, c) in candidates.iter().enumerate() {
+                if slice != u64::MAX && self.transfers.urgent_waiting() {
+                    // A prefetch came in: an op is about to need it more than this eviction.
+                    yielded = true;
+                    break;
+                }
+                tried.insert(c.id);
+                if c.bytes <= BATCH_TENSOR_MAX {
+                    // Small tensors go together: one read, one host buffer.
+                    batch.push(c);
+                    batch_bytes += c.bytes;
+                    let last = i + 1 == candidates.len();
+                    let enough = self.device_committed().saturating_sub(batch_bytes) <= target;
+                    if !(last || enough || batch_bytes >= BATCH_BYTES) {
+                        continue;
+                    }
+                    if self.device_committed() <= target {
+                        break;
+                    }
+                    evicted += self.evict_together(&batch, &mut moved);
+                    batch.clear();
+                    batch_bytes = 0;
+                    continue;
+                }
+                if self.device_committed() <= target {
+                    break;
+                }
+                if c.victim.evict_to_host(self) {
+                    moved.push(c.id);
+                    evicted += c.bytes;
+                }
+            }
+            if !batch.is_empty() && self.device_committed() > target {
+                evicted += self.evict_together(&batch, &mut moved);
+            }
+            let placement = self.placement();
+            let mut index = lock(&self.index);
+            let mut wasted = Vec::new();
+            for id in moved {
+                wasted.extend(index.take_unread_prefetch(id));
+                index.set_tier(id, Tier::Host);
+                let due = placement.as_ref().and_then(|p| p.due(index.key_of(id)));
+                index.set_due(id, due);
+            }
+            drop(index);
+            if !wasted.is_empty() {
+                // Brought back and evicted again unread: the device is too full between the
+                // prefetch and the use. Those tensors wait for their op for a few steps (a
+                // wasted prefetch moves bytes twice for nothing), then are tried again, waiting
+                // longer each time it happens again.
+                let step = self.recorder.position().0;
+                let mut benched = lock(&self.benched);
+                for key in wasted {
+                    let bench = benched.entry(key).or_default();
+                    bench.until = step + (BENCHED_STEPS << bench.strikes.min(MAX_BENCH_DOUBLINGS));
+                    bench.strikes += 1;
+                }
+            }
+            // Dropping the upgraded handles may run a handle's drop, which takes the index lock.
+            drop(candidates);
+            if yielded {
+                return Eviction::Sliced;
+            }
+        }
+    }
+
+    /// Evicts `batch` in one transfer (or one by one when it is a single tensor), noting which
+    /// moved; returns their bytes.
+    pub(super) fn evict_together(&self, batch: &[&Candidate], moved: &mut Vec<TensorId>) -> u64 {
+        let [first, ..] = batch else {
+            return 0;
+        };
+        if batch.len() == 1 {
+            if first.victim.evict_to_host(self) {
+                moved.push(first.id);
+                return first.bytes;
+            }
+            return 0;
+        }
+        let victims: Vec<Arc<dyn Spillable>> = batch.iter().map(|c| c.victim.clone()).collect();
+        let flags = first.victim.evict_batch(&victims, self);
+        let mut bytes = 0;
+        for (c, ok) in batch.iter().zip(flags) {
+            if ok {
+                moved.push(c.id);
+                bytes += c.bytes;
+            }
+        }
+        bytes
+    }
+
+    /// The next victims of `tier` worth `want` bytes, in the policy's order. Without a plan (or
+    /// under LRU) the coldest first. Tensors whose next use is within the prefetch window are
+    /// taken only when nothing else is left. With `beyond`, only tensors next used after that
+    /// absolute position are taken (those with no known next use count as used last).
+    pub(super) fn victims(
+        &self,
+        tier: Tier,
+        want: u64,
+        tried: &FastSet<TensorId>,
+        beyond: Option<u64>,
+    ) -> Vec<Candidate> {
+        let limits = self.limits();
+        let plan = match self.plan() {
+            Some(plan) if limits.planning() => plan,
+            _ => return lock(&self.index).coldest(tier, want, tried),
+        };
+        let (step, now) = self.recorder.position();
+        let placement = Placement {
+            plan: plan.clone(),
+            step,
+            now,
+        };
+        let bandwidth = self.restore_bandwidth(tier);
+        let residents = lock(&self.index).unpinned(tier, tried);
+        let window = limits.prefetch_window.min(plan.len());
+        let leads = lock(&self.leads);
+        // Needed within the window (plus the lead it earned), or brought back for a use that has
+        // not come yet: such tensors leave only when nothing else is left.
+        let (mut later, mut soon) = (Vec::new(), Vec::new());
+        for r in &residents {
+            let next_use = r
+                .key
+                .map_or(NextUse::Unknown, |k| plan.next_use(k, step, now));
+            if let (Some(beyond), Some(due)) = (beyond, placement.due_of(next_use))
+                && due <= beyond
+            {
+                continue;
+            }
+            let lead = r.key.and_then(|k| leads.get(&k.key)).copied().unwrap_or(0);
+            let candidate = victim::Candidate {
+                id: r.id,
+                bytes: r.bytes,
+                last_use: r.last_use,
+                next_use,
+            };
+            let needed_soon =
+                r.prefetched || matches!(next_use, NextUse::In(d) if d <= window + lead);
+            if needed_soon {
+                soon.push(candidate);
+            } else {
+                later.push(candidate);
+            }
+        }
+        let first = |candidates: &[victim::Candidate], want: u64| {
+            victim::first_in_order(limits.policy, Some(plan.len()), bandwidth, candidates, want)
+        };
+        let (mut picked, taken) = first(&later, want);
+        if beyond.is_none() && (taken < want || picked.is_empty()) {
+            picked.extend(first(&soon, want - taken.min(want)).0);
+        }
+        drop(leads);
+        lock(&self.index).upgrade(picked)
+    }
+
+    /// What bringing a tensor back from where a victim of `tier` goes costs, as measured.
+    pub(super) fn restore_bandwidth(&self, tier: Tier) -> Bandwidth {
+        let (direction, fallback) = match tier {
+            Tier::Device => (Direction::HostToDevice, Bandwidth::HOST_DEFAULT),
+            _ => (Direction::DiskToDevice, Bandwidth::DISK_DEFAULT),
+        };
+        let moves = self.ledger.moves(direction);
+        let mut bandwidth = Bandwidth::measured(moves.bytes, moves.time, fallback);
+        // The fixed cost of a transfer is at most what the fastest one took (on a CPU backend a
+        // restore is a buffer handover, far below a PCIe round trip).
+        if moves.count >= MEASURED_MOVES
+            && let Some(fastest) = self.ledger.fastest_move(direction)
+        {
+            bandwidth.latency = bandwidth.latency.min(fastest);
+        }
+        bandwidth
+    }
+
+    pub(super) fn spill_host_overflow(&self, limits: &Limits) {
+        let Some(limit) = limits.host_limit else {
+            return;
+        };
+        let mut tried = FastSet::default();
+        loop {
+            let resident = self.ledger.resident(Tier::Host);
+            if resident <= limit {
+                return;
+            }
+            let candidates = self.victims(Tier::Host, resident - limit, &tried, None);
+            if candidates.is_empty() {
+                return;
+            }
+            let mut moved = Vec::new();
+            for c in &candidates {
+                tried.insert(c.id);
+                if self.ledger.resident(Tier::Host) <= limit {
+                    break;
+                }
+                if c.victim.demote_to_disk(self) {
+                    moved.push(c.id);
+                }
+            }
+            let mut index = lock(&self.index);
+            for id in moved {
+                index.set_tier(id, Tier::Disk);
+            }
+            drop(index);
+            drop(candidates);
+        }
+    }
+}

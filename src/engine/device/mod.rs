@@ -1,0 +1,300 @@
+//! `DeviceEngine`: the budget, the tiers and the moves of one device.
+//!
+//! An op tells the engine what it is about to read ([`DeviceEngine::begin_op`]); the engine pins
+//! those inputs and evicts the coldest other tensors until the inputs that must come back plus
+//! the op's estimated output fit the budget. After the op ([`DeviceEngine::end_op`]) the outputs
+//! join the index, the estimate learns the real output size, and ([`DeviceEngine::settle`]) the
+//! device is brought back under the high watermark.
+//!
+//! This file holds the engine's state and configuration; each job is a file of its own:
+//! [`admit`] (one op, before and after `B` runs it), [`settle`] (after an op, and the workers'
+//! jobs), [`prefetch`], [`evict`] (victims and eviction passes), [`moves`] (one slot between
+//! tiers) and [`step`] (the step and its plan).
+//!
+//! Lock order: a tensor's own lock may be held while taking the disk lock, never the reverse;
+//! the index lock is only taken while holding neither (victims are upgraded under the index lock
+//! and moved after it is released), so a handle may drop on any thread at any time.
+
+mod admit;
+mod evict;
+mod moves;
+mod prefetch;
+mod settle;
+mod step;
+
+pub use admit::{OpInput, OpOutput, OpTicket};
+use prefetch::Bench;
+use settle::SettleGoal;
+use step::StepCounters;
+
+use std::collections::HashSet;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, RwLock, Weak};
+
+use crate::SpillError;
+use crate::engine::disk::DiskStore;
+use crate::engine::index::{Index, Spillable};
+use crate::engine::ledger::Ledger;
+use crate::engine::pool::PoolWatch;
+use crate::engine::queues::{DeviceQueues, SingleQueue};
+use crate::engine::slot::{TensorId, Tier};
+use crate::engine::transfer::Transfers;
+use crate::fast_hash::FastMap;
+use crate::policy::PolicyKind;
+use crate::policy::plan::{PlanKey, UsePlan};
+use crate::stats::SpillStats;
+use crate::tape::Recorder;
+
+/// The resolved limits of one device, in bytes.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Limits {
+    /// Hard device budget (`None` = unlimited: nothing is tracked or moved).
+    pub budget: Option<u64>,
+    /// Host-tier cap (`None` = unlimited).
+    pub host_limit: Option<u64>,
+    /// After an op, spill when device bytes exceed this...
+    pub high_water: u64,
+    /// ...down to this.
+    pub low_water: u64,
+    /// Panic instead of running over the budget.
+    pub strict: bool,
+    /// Which tensors leave first.
+    pub policy: PolicyKind,
+    /// How many ops ahead spilled tensors are brought back (0 = no prefetch).
+    pub prefetch_window: u32,
+    /// Whether evictions after ops, host overflow and prefetches run on the transfer workers.
+    pub asynchronous: bool,
+    /// Free pages go back to the driver once the inner pool reserves this many bytes beyond
+    /// those in use (where the backend reports its pool).
+    pub pool_margin: u64,
+}
+
+impl Limits {
+    /// Whether the engine keys tensors for the use plan (a tape-driven policy or prefetch).
+    pub fn planning(&self) -> bool {
+        self.policy != PolicyKind::Lru || self.prefetch_window > 0
+    }
+}
+
+/// The engine of one device.
+#[derive(Default)]
+pub struct DeviceEngine {
+    ledger: Ledger,
+    limits: RwLock<Limits>,
+    tracking: AtomicBool,
+    tick: AtomicU64,
+    index: Mutex<Index>,
+    disk: Mutex<Option<(PathBuf, DiskStore)>>,
+    estimates: Mutex<FastMap<u64, u64>>,
+    warned_ops: Mutex<HashSet<&'static str>>,
+    recorder: Recorder,
+    /// Whether the current step was opened by `step_begin` and not yet closed.
+    in_marked_step: AtomicBool,
+    /// The use plan learned from the last recorded step, and the recorder's plan epoch it was
+    /// built at.
+    plan: RwLock<Option<Arc<UsePlan>>>,
+    plan_epoch: Mutex<Option<(u64, u64)>>,
+    /// Extra ops of lead per plan key, grown each time that tensor arrived late.
+    leads: Mutex<FastMap<PlanKey, u32>>,
+    /// Plan keys whose prefetch was wasted: the step until which they are not prefetched, and
+    /// how many times it was wasted.
+    benched: Mutex<FastMap<PlanKey, Bench>>,
+    transfers: Transfers,
+    /// Bytes on their way to the device (counted there by budget decisions).
+    inflight_in: AtomicU64,
+    settle_queued: AtomicBool,
+    /// Where the queued eviction job brings the device: set after every op that wants one.
+    settle_goal: Mutex<SettleGoal>,
+    /// How many ops a prefetch takes from queueing to arrival, recently at worst (decaying):
+    /// every trigger moves that much earlier.
+    transfer_ops: AtomicU32,
+    overflow_queued: AtomicBool,
+    steps: Mutex<StepCounters>,
+    /// The plan's time windows: how many, and how many are saturated.
+    windows: Mutex<(u32, u32)>,
+    /// The inner backend's device queues, installed by the adapter on first use.
+    queues: OnceLock<Arc<dyn DeviceQueues>>,
+    /// The inner allocator's figures and cleanups.
+    pool: PoolWatch,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    // A panic while one of these is held leaves plain bookkeeping that is still consistent
+    // enough to keep going (and the panic itself is what the user sees).
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+thread_local! {
+    /// The engine whose queues last noted this thread's queue (most threads use one device).
+    static NOTED: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
+
+impl DeviceEngine {
+    /// The counters.
+    pub fn ledger(&self) -> &Ledger {
+        &self.ledger
+    }
+
+    /// Installs the inner backend's queues unless some are installed already.
+    pub fn install_queues(&self, make: impl FnOnce() -> Arc<dyn DeviceQueues>) {
+        self.queues.get_or_init(make);
+    }
+
+    /// The inner backend's device queues (one queue until the adapter installs them).
+    pub fn queues(&self) -> &dyn DeviceQueues {
+        static SINGLE: SingleQueue = SingleQueue;
+        match self.queues.get() {
+            Some(queues) => queues.as_ref(),
+            None => &SINGLE,
+        }
+    }
+
+    /// Remembers the calling thread's device queue as one holding this device's tensors (once
+    /// per thread while it keeps to this device).
+    pub fn note_thread(&self) {
+        let me = self as *const Self as usize;
+        if NOTED.with(|n| n.replace(me)) != me {
+            self.queues().note_current();
+        }
+    }
+
+    /// Reads the inner pool and returns its free pages if it holds more than the margin
+    /// beyond what is in use.
+    fn check_pool(&self) {
+        let limits = self.limits();
+        if limits.budget.is_some() {
+            self.pool.check(
+                self.ledger.resident(Tier::Device),
+                self.ledger.device_arrivals(),
+                limits.pool_margin,
+                self.queues(),
+            );
+        }
+    }
+
+    /// Returns every free page of the inner pool to the driver, on every queue this device's
+    /// threads used, once the workers are idle (`SpillBackend::memory_cleanup`).
+    pub fn return_pool_pages(&self) {
+        self.quiesce();
+        self.pool.cleanup_now(self.queues());
+    }
+
+    /// Lowers the ledger's and the pool's peaks to what is held now.
+    pub fn reset_peaks(&self) {
+        self.ledger.reset_peaks();
+        self.pool.reset_peaks(self.queues());
+    }
+
+    /// The tape recorder of this device.
+    pub fn recorder(&self) -> &Recorder {
+        &self.recorder
+    }
+
+    /// Whether a budget is in force (otherwise ops skip the engine entirely).
+    pub fn is_tracking(&self) -> bool {
+        self.tracking.load(Ordering::Relaxed)
+    }
+
+    /// The limits in force.
+    pub fn limits(&self) -> Limits {
+        self.limits
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// Installs new limits. The disk store is created when the host tier is capped or a spill
+    /// directory was given (so a bad directory is reported now, not mid-training); `spill_base`
+    /// `None` means the system temp dir.
+    pub fn apply(&self, limits: Limits, spill_base: Option<&Path>) -> Result<(), SpillError> {
+        self.quiesce();
+        let wants_disk =
+            limits.budget.is_some() && (limits.host_limit.is_some() || spill_base.is_some());
+        {
+            let mut disk = lock(&self.disk);
+            let base = spill_base.map_or_else(std::env::temp_dir, Path::to_path_buf);
+            let records = disk.as_ref().map_or(0, |(_, store)| store.records());
+            let same_base = matches!(&*disk, Some((current, _)) if *current == base);
+            if wants_disk && !same_base {
+                if let Some((_, store)) = disk.as_ref()
+                    && records > 0
+                {
+                    return Err(SpillError::SpillDirInUse {
+                        current: store.dir().to_path_buf(),
+                        requested: base,
+                        records,
+                    });
+                }
+                let store = DiskStore::create(&base).map_err(|source| SpillError::SpillDir {
+                    path: base.clone(),
+                    source,
+                })?;
+                *disk = Some((base, store));
+            } else if !wants_disk && records == 0 {
+                // No disk tier any more: remove the old directory now. One that still holds
+                // records stays until they are restored or dropped.
+                *disk = None;
+            }
+        }
+        if limits.budget.is_some() && limits.planning() && !self.recorder.is_enabled() {
+            // The plan is learned from the tape.
+            self.recorder.set_enabled(true);
+        }
+        self.tracking
+            .store(limits.budget.is_some(), Ordering::Relaxed);
+        *self.limits.write().unwrap_or_else(|e| e.into_inner()) = limits;
+        self.reset_peaks();
+        self.settle();
+        Ok(())
+    }
+
+    /// Stats with the limits filled in, once the transfer workers are idle.
+    pub fn stats(&self) -> SpillStats {
+        self.quiesce();
+        let limits = self.limits();
+        SpillStats {
+            device_budget_bytes: limits.budget,
+            host_limit_bytes: limits.host_limit,
+            last_step: self.last_step_stats(),
+            pool: self.pool.stats(self.queues()),
+            ..self.ledger.stats()
+        }
+    }
+
+    /// The spill file, once one exists.
+    pub fn spill_file(&self) -> Option<PathBuf> {
+        lock(&self.disk)
+            .as_ref()
+            .map(|(_, s)| s.file_path().to_path_buf())
+    }
+
+    /// Test hook: the next `n` spill-file writes fail as if the disk were full.
+    pub fn fail_next_disk_writes(&self, n: u32) {
+        if let Some((_, store)) = lock(&self.disk).as_mut() {
+            store.fail_next_writes(n);
+        }
+    }
+
+    /// Adds a newly created tensor to the index (only while tracking).
+    pub fn register(&self, id: TensorId, bytes: u64, victim: Weak<dyn Spillable>) {
+        let tick = self.tick.fetch_add(1, Ordering::Relaxed);
+        lock(&self.index).insert_or_touch(id, bytes, Tier::Device, tick, || victim);
+    }
+
+    /// Forgets a dropped tensor.
+    pub fn unregister(&self, id: TensorId) {
+        lock(&self.index).remove(id);
+    }
+
+    /// The workers of this device.
+    pub(crate) fn transfers(&self) -> &Transfers {
+        &self.transfers
+    }
+
+    /// Waits until the transfer workers have nothing queued or running, so counters and tiers
+    /// are settled. Returns at once on a worker.
+    pub fn quiesce(&self) {
+        self.transfers.quiesce();
+    }
+}

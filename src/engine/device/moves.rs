@@ -1,0 +1,304 @@
+//! Moving one tensor's slot between tiers (device, host, disk), with the ledger moved under the
+//! slot's lock, and accounting for a dropped one wherever it was.
+
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use crate::engine::disk::DiskRecord;
+use crate::engine::ledger::Direction;
+use crate::engine::slot::{Residency, Slot, SlotInfo, TensorId, Tier};
+
+use super::{DeviceEngine, lock};
+
+impl DeviceEngine {
+    /// Device to host. The payload is cloned under the tensor's lock (a reference count on
+    /// every backend), read without it, and swapped for the host copy only if the tensor is
+    /// still on the device then (an op may have consumed it meanwhile; its bytes never change).
+    pub fn evict_slot<D: Clone, H>(
+        &self,
+        slot: &Slot<D, H>,
+        info: SlotInfo<'_>,
+        read: impl FnOnce(&D) -> Result<H, String>,
+    ) -> bool {
+        let payload = {
+            let Some(state) = slot.try_lock() else {
+                return false;
+            };
+            let Residency::Device(payload) = &*state else {
+                return false;
+            };
+            payload.clone()
+        };
+        let start = Instant::now();
+        let host = match read(&payload) {
+            Ok(host) => host,
+            Err(why) => {
+                tracing::warn!(target: "burn_spill::engine", id = info.id, error = %why,
+                    "could not read tensor off the device; it stays there");
+                return false;
+            }
+        };
+        let moved = self.install_evicted(slot, info, host, start.elapsed());
+        drop(payload);
+        moved
+    }
+
+    /// Puts a host copy that took `took` to read in place of the device payload, if the tensor
+    /// is still on the device (an op may have consumed it meanwhile; its bytes never change).
+    pub fn install_evicted<D, H>(
+        &self,
+        slot: &Slot<D, H>,
+        info: SlotInfo<'_>,
+        host: H,
+        took: Duration,
+    ) -> bool {
+        let mut state = slot.lock();
+        if !matches!(*state, Residency::Device(_)) {
+            return false;
+        }
+        let device = std::mem::replace(&mut *state, Residency::Host(host));
+        // The ledger moves with the state, under its lock, so no other move of this tensor
+        // can be counted in between.
+        self.moved(Direction::DeviceToHost, info, took);
+        drop(state);
+        // Freeing the device tensor is not part of the move's time.
+        drop(device);
+        true
+    }
+
+    /// Counts one batched eviction of `tensors` tensors.
+    pub fn batched(&self, tensors: u64) {
+        self.ledger.on_batch(tensors);
+    }
+
+    /// Host to disk. The buffer is taken out (the slot is in flight meanwhile) and written
+    /// without the tensor's lock. A write error puts it back on the host (over the host limit).
+    pub fn demote_slot<D, H: AsRef<[u8]>>(&self, slot: &Slot<D, H>, info: SlotInfo<'_>) -> bool {
+        let host = {
+            let Some(mut state) = slot.try_lock() else {
+                return false;
+            };
+            match std::mem::replace(&mut *state, Residency::InFlight { from: Tier::Host }) {
+                Residency::Host(host) => host,
+                other => {
+                    *state = other;
+                    return false;
+                }
+            }
+        };
+        let start = Instant::now();
+        let written = {
+            let mut disk = lock(&self.disk);
+            match disk.as_mut() {
+                None => Err(None),
+                Some((_, store)) => store
+                    .write(info.id, info.meta, host.as_ref())
+                    .map_err(|e| Some((e, store.file_path().display().to_string()))),
+            }
+        };
+        match written {
+            Ok(record) => {
+                let mut state = slot.lock();
+                *state = Residency::Disk(record);
+                self.moved(Direction::HostToDisk, info, start.elapsed());
+                drop(state);
+                slot.notify_arrived();
+                // Freeing the host buffer is memory management, not the move.
+                drop(host);
+                true
+            }
+            Err(error) => {
+                *slot.lock() = Residency::Host(host);
+                slot.notify_arrived();
+                if let Some((error, file)) = error {
+                    self.ledger.on_disk_write_error();
+                    tracing::warn!(target: "burn_spill::engine", id = info.id, file, %error,
+                        "spill-file write failed; the tensor stays on the host, over the host limit");
+                }
+                false
+            }
+        }
+    }
+
+    /// Reads a spill record into `into`; the error names the file and offset.
+    pub(super) fn read_record(
+        &self,
+        record: &DiskRecord,
+        info: SlotInfo<'_>,
+        into: &mut [u8],
+    ) -> Result<(), String> {
+        let disk = lock(&self.disk);
+        let Some((_, store)) = disk.as_ref() else {
+            return Err(format!(
+                "tensor {} is on disk but the device has no spill file; this is a bug",
+                info.id
+            ));
+        };
+        store
+            .read_into(record, info.id, info.meta, into)
+            .map_err(|error| {
+                format!(
+                    "tensor {} cannot be restored from spill file {} at offset {}: {error}",
+                    info.id,
+                    store.file_path().display(),
+                    record.offset
+                )
+            })
+    }
+
+    pub(super) fn free_record(&self, record: &DiskRecord) {
+        if let Some((_, store)) = lock(&self.disk).as_mut() {
+            store.free(record);
+        }
+    }
+
+    /// Host or disk to device, for the op that needs the bytes now (it holds the tensor's lock,
+    /// having waited for any transfer in flight). `upload` makes the device payload from a host
+    /// buffer and `alloc` an empty host buffer for a record to be read into. Returns whether
+    /// anything moved.
+    ///
+    /// # Panics
+    /// When a spill record cannot be read or fails its checksum: the panic names the tensor id,
+    /// the file and the offset. The record is kept, so nothing is overwritten.
+    pub fn restore_slot<D, H: AsMut<[u8]>>(
+        &self,
+        slot: &mut Residency<D, H>,
+        info: SlotInfo<'_>,
+        upload: impl FnOnce(H) -> D,
+        alloc: impl FnOnce(usize) -> H,
+    ) -> bool {
+        let start = Instant::now();
+        let moved = match std::mem::replace(slot, Residency::Taken) {
+            Residency::Host(host) => {
+                *slot = Residency::Device(upload(host));
+                self.moved(Direction::HostToDevice, info, start.elapsed());
+                true
+            }
+            Residency::Disk(record) => {
+                let mut host = alloc(record.payload_len as usize);
+                if let Err(error) = self.read_record(&record, info, host.as_mut()) {
+                    *slot = Residency::Disk(record);
+                    panic!("burn-spill: {error}");
+                }
+                *slot = Residency::Device(upload(host));
+                self.moved(Direction::DiskToDevice, info, start.elapsed());
+                // Freeing the extent (which may shrink the file) is not part of the move's time.
+                self.free_record(&record);
+                true
+            }
+            other => {
+                *slot = other;
+                false
+            }
+        };
+        if moved {
+            self.ledger.on_stall(start.elapsed());
+        }
+        moved
+    }
+
+    /// Host or disk to device ahead of need, on a worker: the bytes are taken out (the slot is
+    /// in flight, and an op that needs them waits), copied without the tensor's lock, and put
+    /// in as a device payload. A record that cannot be read goes back to disk untouched: the op
+    /// that needs it then reports the error.
+    pub fn prefetch_slot<D, H: AsMut<[u8]>>(
+        &self,
+        slot: &Slot<D, H>,
+        info: SlotInfo<'_>,
+        upload: impl FnOnce(H) -> D,
+        alloc: impl FnOnce(usize) -> H,
+    ) -> bool {
+        let taken = {
+            let mut state = slot.lock();
+            let from = match &*state {
+                Residency::Host(_) => Tier::Host,
+                Residency::Disk(_) => Tier::Disk,
+                _ => return false,
+            };
+            std::mem::replace(&mut *state, Residency::InFlight { from })
+        };
+        let start = Instant::now();
+        let (host, record) = match taken {
+            Residency::Host(host) => (host, None),
+            Residency::Disk(record) => {
+                let mut host = alloc(record.payload_len as usize);
+                if let Err(error) = self.read_record(&record, info, host.as_mut()) {
+                    tracing::warn!(target: "burn_spill::transfer", id = info.id, %error,
+                        "prefetch could not read a spill record; the op needing it will retry");
+                    *slot.lock() = Residency::Disk(record);
+                    slot.notify_arrived();
+                    return false;
+                }
+                (host, Some(record))
+            }
+            _ => unreachable!("matched above"),
+        };
+        let payload = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| upload(host)));
+        let Ok(payload) = payload else {
+            // The bytes are gone with the panic; never leave the op waiting forever.
+            *slot.lock() = Residency::Taken;
+            slot.notify_arrived();
+            panic!(
+                "burn-spill: uploading tensor {} failed on the transfer worker",
+                info.id
+            );
+        };
+        let direction = if record.is_some() {
+            Direction::DiskToDevice
+        } else {
+            Direction::HostToDevice
+        };
+        let mut state = slot.lock();
+        *state = Residency::Device(payload);
+        self.moved(direction, info, start.elapsed());
+        drop(state);
+        slot.notify_arrived();
+        if let Some(record) = record {
+            self.free_record(&record);
+        }
+        true
+    }
+
+    /// Marks a restored tensor as on the device and used now.
+    pub fn restored(&self, id: TensorId) {
+        let tick = self.tick.fetch_add(1, Ordering::Relaxed);
+        let mut index = lock(&self.index);
+        index.arrived(id, tick);
+    }
+
+    /// Accounts for a dropped tensor's bytes wherever they were, freeing its spill record.
+    pub fn drop_slot<D, H>(
+        &self,
+        slot: Residency<D, H>,
+        bytes: u64,
+        role: crate::engine::TensorRole,
+        evictable: bool,
+    ) {
+        if !evictable {
+            self.ledger.on_unevictable(bytes, false);
+        }
+        let tier = match slot {
+            Residency::Device(_) | Residency::Taken => Tier::Device,
+            Residency::Host(_) => Tier::Host,
+            Residency::InFlight { from } => from,
+            Residency::Disk(record) => {
+                self.free_record(&record);
+                Tier::Disk
+            }
+        };
+        self.ledger.on_drop(bytes, role, Some(tier));
+    }
+
+    /// Counts an op's wait for a transfer in flight.
+    pub fn stalled(&self, waited: Duration) {
+        if !waited.is_zero() {
+            self.ledger.on_stall(waited);
+        }
+    }
+
+    pub(super) fn moved(&self, direction: Direction, info: SlotInfo<'_>, took: Duration) {
+        self.ledger.on_move(direction, info.bytes, info.role, took);
+        tracing::debug!(target: "burn_spill::engine", id = info.id, bytes = info.bytes,
+            ?direction, micros = took.as_micros() as u64, "moved");
+    }
+}

@@ -1,0 +1,141 @@
+//! Prefetch: spilled tensors due within the window queued back to the device soonest first,
+//! while they fit beside the room the ops before their use need.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use crate::engine::ledger::Direction;
+use crate::engine::slot::Tier;
+use crate::engine::transfer::{Job, Lane};
+use crate::policy::plan::NextUse;
+
+use super::step::Placement;
+use super::{DeviceEngine, Limits, lock};
+
+/// The largest lead a late tensor's prefetch trigger moves to, in ops beyond the window.
+pub(super) const MAX_LEAD: u32 = 64;
+
+/// Room a prefetch waits for: the device level at which it fits, to be reached by evicting
+/// only tensors next used after `beyond` (an absolute position; see [`crate::engine::index::absolute`]).
+/// Evicting a tensor needed before the prefetched one would only trade one move for another
+/// (Belady's rule: the furthest next use leaves first).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Room {
+    pub(super) level: u64,
+    pub(super) beyond: u64,
+}
+
+/// Steps a tensor whose prefetch was wasted (evicted again before its use) is not prefetched;
+/// each further waste doubles it, up to 64 times as long.
+pub(super) const BENCHED_STEPS: u64 = 4;
+pub(super) const MAX_BENCH_DOUBLINGS: u32 = 6;
+
+/// A tensor kept from prefetch after wasted ones.
+#[derive(Debug, Clone, Copy, Default)]
+pub(super) struct Bench {
+    pub(super) until: u64,
+    pub(super) strikes: u32,
+}
+
+impl DeviceEngine {
+    /// Queues prefetches for spilled tensors whose next use falls within the window (plus the
+    /// lead each has earned by arriving late), soonest first, while they fit: a tensor fits
+    /// when the room the ops up to its use will need is left free beside it (so that it is not
+    /// evicted again before its use). Returns the room to make for the first one left out.
+    pub(super) fn prefetch_ahead(self: &Arc<Self>, limits: &Limits) -> Option<Room> {
+        let plan = self.plan()?;
+        let (step, now) = self.recorder.position();
+        let window = limits.prefetch_window.min(plan.len());
+        let reach = window + self.transfer_ops.load(Ordering::Relaxed);
+        let placement = Placement {
+            plan: plan.clone(),
+            step,
+            now,
+        };
+        let mut due: Vec<(u32, crate::engine::index::Spilled)> = {
+            let mut index = lock(&self.index);
+            let soon = index.due_until(placement.absolute(reach + MAX_LEAD));
+            if soon.is_empty() {
+                return None;
+            }
+            let leads = lock(&self.leads);
+            let benched = lock(&self.benched);
+            let mut due = Vec::new();
+            for s in soon {
+                if benched.get(&s.key.key).is_some_and(|b| b.until > step) {
+                    continue;
+                }
+                let lead = leads.get(&s.key.key).copied().unwrap_or(0);
+                match plan.next_use(s.key, step, now) {
+                    NextUse::In(d) if d <= reach.saturating_add(lead) => {
+                        due.push((d, s));
+                    }
+                    // Placed under an older position or plan: place it again.
+                    other => index.set_due(s.id, placement.due_of(other)),
+                }
+            }
+            due
+        };
+        due.sort_by_key(|(d, s)| (*d, s.id));
+        let headroom = match due.last() {
+            Some((furthest, _)) => plan.headroom_curve(now, furthest + 1),
+            None => return None,
+        };
+        let budget = limits.budget.unwrap_or(u64::MAX);
+        let mut used = self.device_committed();
+        for (d, spilled) in due {
+            let ahead = headroom.get(d as usize).or(headroom.last()).copied();
+            let ceiling = budget.saturating_sub(ahead.unwrap_or(0));
+            if used + spilled.bytes > ceiling {
+                // Room for the soonest one left out is made by evicting tensors used after it;
+                // the later ones wait for their turn.
+                return Some(Room {
+                    level: ceiling.saturating_sub(spilled.bytes),
+                    beyond: placement.absolute(d),
+                });
+            }
+            let Some(victim) = lock(&self.index).start_flight(spilled.id) else {
+                continue;
+            };
+            used += spilled.bytes;
+            self.inflight_in.fetch_add(spilled.bytes, Ordering::Relaxed);
+            self.ledger.on_prefetch_issued();
+            let lane = match spilled.tier {
+                Tier::Disk => Lane::Io,
+                _ => Lane::Transfer,
+            };
+            let job = Job::Prefetch {
+                victim,
+                id: spilled.id,
+                bytes: spilled.bytes,
+                queued_at: (step, now),
+            };
+            let direction = match spilled.tier {
+                Tier::Disk => Direction::DiskToDevice,
+                _ => Direction::HostToDevice,
+            };
+            if limits.asynchronous && !self.cheaper_here(direction, spilled.bytes) {
+                self.transfers.submit(self, lane, job);
+            } else {
+                // Synchronous engine, or a move cheaper than a hand-off: it runs here, between
+                // ops.
+                self.run_job(job);
+            }
+        }
+        None
+    }
+
+    /// Folds the ops that passed while one prefetch was queued and moved into the running worst
+    /// case, which decays by an eighth per sample so that one slow transfer is forgotten.
+    pub(super) fn learn_transfer_ops(&self, (step, at): (u64, u32)) {
+        let (now_step, now) = self.recorder.position();
+        if now_step != step {
+            return;
+        }
+        let took = now.saturating_sub(at).min(MAX_LEAD);
+        let old = self.transfer_ops.load(Ordering::Relaxed);
+        let decayed = old - old.div_ceil(8).min(old);
+        self.transfer_ops
+            .store(took.max(decayed), Ordering::Relaxed);
+    }
+}

@@ -1,0 +1,221 @@
+//! The step and its plan: step boundaries, the per-step counters, the use plan rebuilt from
+//! the tape, and where spilled tensors are due under it.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use crate::engine::slot::Tier;
+use crate::policy::plan::{KeyAt, NextUse, UsePlan};
+use crate::stats::{SpillStats, StepStats};
+
+use super::{DeviceEngine, lock};
+
+/// Counters at the start of the current step, to report the step's own numbers.
+#[derive(Default)]
+pub(super) struct StepCounters {
+    pub(super) step: Option<u64>,
+    pub(super) start: SpillStats,
+    pub(super) last: Option<StepStats>,
+}
+
+/// A plan and a position in a step: turns next uses into absolute positions.
+pub(super) struct Placement {
+    pub(super) plan: Arc<UsePlan>,
+    pub(super) step: u64,
+    pub(super) now: u32,
+}
+
+impl Placement {
+    /// The absolute position `d` ops from now (a distance past the end of the step lands in
+    /// the next one, whose positions restart at 0).
+    pub(super) fn absolute(&self, d: u32) -> u64 {
+        let left = self.plan.len().saturating_sub(self.now);
+        if d < left || left == 0 {
+            crate::engine::index::absolute(self.step, self.now.saturating_add(d))
+        } else {
+            crate::engine::index::absolute(self.step + 1, d - left)
+        }
+    }
+
+    pub(super) fn due_of(&self, next: NextUse) -> Option<u64> {
+        match next {
+            NextUse::In(d) => Some(self.absolute(d)),
+            NextUse::Never | NextUse::Unknown => None,
+        }
+    }
+
+    /// When the tensor keyed `key` is next used, absolutely.
+    pub(super) fn due(&self, key: Option<KeyAt>) -> Option<u64> {
+        self.due_of(self.plan.next_use(key?, self.step, self.now))
+    }
+}
+
+impl DeviceEngine {
+    /// Closes the current step and opens a marked one; recording starts if it was off.
+    pub fn step_begin(&self) {
+        if !self.recorder.is_enabled() {
+            self.recorder.set_enabled(true);
+        }
+        self.recorder.boundary(true);
+        self.in_marked_step.store(true, Ordering::Relaxed);
+        self.step_closed();
+    }
+
+    /// Closes the step's counters and refreshes the plan at a marked boundary, rather than at
+    /// the next op, so that `stats().last_step` is up to date at once.
+    pub(super) fn step_closed(&self) {
+        if self.limits().planning() {
+            self.step_changed(self.recorder.position().0);
+        }
+        self.check_pool();
+    }
+
+    /// Closes the current marked step. Without a matching `step_begin` it only warns: the tape
+    /// is left as it is.
+    pub fn step_end(&self) {
+        if !self.in_marked_step.swap(false, Ordering::Relaxed) {
+            tracing::warn!(
+                target: "burn_spill::tape",
+                "step_end without step_begin; ignored (the tape is unchanged)"
+            );
+            return;
+        }
+        self.recorder.boundary(false);
+        self.step_closed();
+    }
+
+    /// The use plan in force, if the tape has recorded a step.
+    pub fn plan(&self) -> Option<Arc<UsePlan>> {
+        self.plan.read().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// On a new step: closes the previous step's counters, and rebuilds the plan when the tape
+    /// recorded a step or diverged since it was built.
+    pub(super) fn step_changed(&self, step: u64) {
+        {
+            let mut steps = lock(&self.steps);
+            if steps.step == Some(step) {
+                return;
+            }
+            let now = self.ledger.stats();
+            let peak = self.ledger.take_step_peak();
+            if let Some(previous) = steps.step {
+                let planned = self.plan().map_or(0, |p| p.recorded_peak());
+                let mut stats = step_stats(previous, &steps.start, &now, planned, peak);
+                (stats.windows, stats.saturated_windows) = *lock(&self.windows);
+                steps.last = Some(stats);
+            }
+            steps.step = Some(step);
+            steps.start = now;
+        }
+        let epoch = self.recorder.plan_epoch();
+        let mut built = lock(&self.plan_epoch);
+        if *built == Some(epoch) {
+            return;
+        }
+        // A divergence found while verifying leaves only the old recording; one found by
+        // comparing two recordings comes with a fresh tape, which is the truth now.
+        let diverged =
+            built.is_some_and(|(tapes, divergences)| divergences != epoch.1 && tapes == epoch.0);
+        *built = Some(epoch);
+        drop(built);
+        let (previous, last) = self.recorder.last_two();
+        let plan = match last {
+            // A divergence makes the recorded step stale until the next one is recorded.
+            Some(_) if diverged => None,
+            Some(tape) => {
+                self.check_windows(&tape);
+                let mut plan = UsePlan::from_tape(&tape, previous.as_deref());
+                if let Some(old) = self.plan() {
+                    plan.inherit_carried(&old);
+                }
+                Some(Arc::new(plan))
+            }
+            None => None,
+        };
+        if plan.is_none() {
+            lock(&self.leads).clear();
+            lock(&self.benched).clear();
+        }
+        *self.plan.write().unwrap_or_else(|e| e.into_inner()) = plan;
+        // Spilled tensors are placed by the plan in force.
+        let placement = self.placement();
+        let mut index = lock(&self.index);
+        for (id, key) in index.spilled_keys() {
+            let due = placement.as_ref().and_then(|p| p.due(Some(key)));
+            index.set_due(id, due);
+        }
+    }
+
+    /// The plan and where the step stands, to place spilled tensors by their next use.
+    pub(super) fn placement(&self) -> Option<Placement> {
+        let limits = self.limits();
+        if !limits.planning() || limits.prefetch_window == 0 {
+            return None;
+        }
+        let (step, now) = self.recorder.position();
+        Some(Placement {
+            plan: self.plan()?,
+            step,
+            now,
+        })
+    }
+
+    /// Replays the recorded step with the policy in force under the budget (with a plan the
+    /// engine keeps only the headroom the next ops need), and checks each window of
+    /// `prefetch_window` ops against the measured host link: a window whose planned moves exceed
+    /// bandwidth x compute time is saturated (logged, and counted in the step stats).
+    pub(super) fn check_windows(&self, tape: &crate::tape::StepTape) {
+        let limits = self.limits();
+        let capacity = limits.budget.unwrap_or(limits.high_water);
+        let (replay, moved) = crate::policy::simulate::replay_per_op(tape, capacity, limits.policy);
+        let windows = crate::policy::windows::cut(
+            tape,
+            &moved,
+            limits.prefetch_window.max(1),
+            self.restore_bandwidth(Tier::Device),
+        );
+        let saturated = windows.iter().filter(|w| w.saturated()).count() as u32;
+        if saturated > 0 {
+            tracing::info!(target: "burn_spill::plan", saturated, windows = windows.len(),
+                planned_bytes = replay.bytes_moved(),
+                "the planned moves exceed the measured bandwidth in some windows; expect stalls");
+        }
+        *lock(&self.windows) = (windows.len() as u32, saturated);
+    }
+
+    /// What the last finished step did (needs a tape-driven policy or prefetch, which track
+    /// steps).
+    pub fn last_step_stats(&self) -> Option<StepStats> {
+        lock(&self.steps).last
+    }
+}
+
+/// The difference of two counter snapshots, as one step's numbers.
+pub(super) fn step_stats(
+    step: u64,
+    start: &SpillStats,
+    end: &SpillStats,
+    planned_peak: u64,
+    actual_peak: u64,
+) -> StepStats {
+    let diff = |a: crate::MoveStats, b: crate::MoveStats| crate::MoveStats {
+        count: b.count.saturating_sub(a.count),
+        bytes: b.bytes.saturating_sub(a.bytes),
+        time: b.time.saturating_sub(a.time),
+    };
+    StepStats {
+        step,
+        prefetch_hits: end.prefetch_hits.saturating_sub(start.prefetch_hits),
+        prefetch_misses: end.prefetch_misses.saturating_sub(start.prefetch_misses),
+        stall_time: end.stall_time.saturating_sub(start.stall_time),
+        device_to_host: diff(start.device_to_host, end.device_to_host),
+        host_to_device: diff(start.host_to_device, end.host_to_device),
+        host_to_disk: diff(start.host_to_disk, end.host_to_disk),
+        disk_to_device: diff(start.disk_to_device, end.disk_to_device),
+        planned_peak_device_bytes: planned_peak,
+        actual_peak_device_bytes: actual_peak,
+        windows: 0,
+        saturated_windows: 0,
+    }
+}
