@@ -1,5 +1,8 @@
 //! Per-op overhead of `SpillBackend<Flex>` against plain `Flex`, and one training step of the
-//! small CNN, measured in the same run. Prints a markdown table of the ratios at the end.
+//! small CNN and of the tiny Transformer, measured in the same run, twice: unconfigured (every
+//! op is a flag check), and configured with a budget that never binds (the tape in its default
+//! mode, the engine asynchronous), which is what a user who sets a budget pays while memory is
+//! ample. Prints a markdown table of the ratios at the end.
 //!
 //! ```text
 //! cargo bench --bench overhead
@@ -12,15 +15,19 @@ use std::hint::black_box;
 use std::time::{Duration, Instant};
 
 use burn::backend::{Autodiff, Flex};
+use burn::module::AutodiffModule;
 use burn::optim::adaptor::OptimizerAdaptor;
 use burn::optim::{Adam, AdamConfig, GradientsParams, Optimizer};
 use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::{Int, Tensor, TensorData};
 use burn_spill::{SpillBackend, SpillConfig};
 use criterion::{BatchSize, Criterion};
-use small_models::{SmallCnn, cnn_batch};
+use small_models::{SmallCnn, TinyGpt, cnn_batch, gpt_batch};
 
 type Spill = SpillBackend<Flex>;
+
+/// A budget far above anything these benchmarks hold: it never binds.
+const AMPLE_BUDGET: u64 = 1 << 40;
 
 fn float_input<B: Backend>(rows: usize, cols: usize) -> B::FloatTensorPrimitive {
     let values: Vec<f32> = (0..rows * cols).map(|i| (i % 17) as f32 * 0.25).collect();
@@ -47,24 +54,46 @@ fn bench_matmul<B: Backend>(c: &mut Criterion, id: &str) {
     });
 }
 
-/// The small CNN with its optimizer and one fixed batch: one call of `step` is one training step.
-struct CnnTrainer<B: AutodiffBackend> {
-    model: Option<SmallCnn<B>>,
-    optim: OptimizerAdaptor<Adam, SmallCnn<B>, B>,
-    images: Tensor<B, 4>,
-    labels: Tensor<B, 1, Int>,
+/// A model the bench trains: its loss on a fixed batch.
+trait Model<B: AutodiffBackend>: AutodiffModule<B> + Clone {
+    fn init(device: &B::Device) -> Self;
+    fn batch_loss(&self, device: &B::Device) -> Tensor<B, 1>;
 }
 
-impl<B: AutodiffBackend> CnnTrainer<B> {
+impl<B: AutodiffBackend> Model<B> for SmallCnn<B> {
+    fn init(device: &B::Device) -> Self {
+        SmallCnn::new(device)
+    }
+    fn batch_loss(&self, device: &B::Device) -> Tensor<B, 1> {
+        let (images, labels): (Tensor<B, 4>, Tensor<B, 1, Int>) = cnn_batch::<B>(16, 0, device);
+        self.loss(images, labels)
+    }
+}
+
+impl<B: AutodiffBackend> Model<B> for TinyGpt<B> {
+    fn init(device: &B::Device) -> Self {
+        TinyGpt::new(device)
+    }
+    fn batch_loss(&self, device: &B::Device) -> Tensor<B, 1> {
+        self.loss(gpt_batch::<B>(8, 0, device))
+    }
+}
+
+/// A model with its optimizer: one call of `step` is one training step.
+struct Trainer<B: AutodiffBackend, M: Model<B>> {
+    model: Option<M>,
+    optim: OptimizerAdaptor<Adam, M, B>,
+    device: B::Device,
+}
+
+impl<B: AutodiffBackend, M: Model<B>> Trainer<B, M> {
     fn new() -> Self {
         let device = Default::default();
         B::seed(&device, 1);
-        let (images, labels) = cnn_batch::<B>(16, 0, &device);
         Self {
-            model: Some(SmallCnn::new(&device)),
+            model: Some(M::init(&device)),
             optim: AdamConfig::new().init(),
-            images,
-            labels,
+            device,
         }
     }
 
@@ -73,43 +102,67 @@ impl<B: AutodiffBackend> CnnTrainer<B> {
             .model
             .take()
             .expect("model is put back after every step");
-        let loss = model.loss(self.images.clone(), self.labels.clone());
+        let loss = model.batch_loss(&self.device);
         let grads = GradientsParams::from_grads(loss.backward(), &model);
         self.model = Some(self.optim.step(1e-3, model, grads));
     }
 }
 
-fn bench_cnn_step<B: AutodiffBackend>(c: &mut Criterion, id: &str) {
-    let mut trainer = CnnTrainer::<B>::new();
-    c.benchmark_group("cnn_train_step")
+fn bench_step<B: AutodiffBackend, M: Model<B>>(c: &mut Criterion, group: &str, id: &str) {
+    let mut trainer = Trainer::<B, M>::new();
+    c.benchmark_group(group)
         .bench_function(id, |b| b.iter(|| trainer.step()));
 }
 
-/// Step-time ratio spill / plain from alternating single steps, so that machine drift (other
-/// processes, frequency changes) hits both sides alike; returns the median over `rounds`.
-fn paired_step_ratio(rounds: usize) -> f64 {
-    let mut plain = CnnTrainer::<Autodiff<Flex>>::new();
-    let mut spill = CnnTrainer::<Autodiff<Spill>>::new();
+/// Step-time ratio spill / plain of the CNN and of the Transformer from alternating single
+/// steps, so that machine drift (other processes, frequency changes) hits both sides alike.
+fn paired_cnn_ratio(rounds: usize) -> f64 {
+    let mut plain = Trainer::<Autodiff<Flex>, SmallCnn<_>>::new();
+    let mut spill = Trainer::<Autodiff<Spill>, SmallCnn<_>>::new();
+    paired(rounds, &mut |spilled| {
+        if spilled {
+            spill.step()
+        } else {
+            plain.step()
+        }
+    })
+}
+
+fn paired_gpt_ratio(rounds: usize) -> f64 {
+    let mut plain = Trainer::<Autodiff<Flex>, TinyGpt<_>>::new();
+    let mut spill = Trainer::<Autodiff<Spill>, TinyGpt<_>>::new();
+    paired(rounds, &mut |spilled| {
+        if spilled {
+            spill.step()
+        } else {
+            plain.step()
+        }
+    })
+}
+
+/// The median over `rounds` of the time of `run(true)` over that of `run(false)`, alternating
+/// which goes first (a cache warmed by one must not favour the other), after three warm-up
+/// calls of each.
+fn paired(rounds: usize, run: &mut dyn FnMut(bool)) -> f64 {
     for _ in 0..3 {
-        plain.step();
-        spill.step();
+        run(false);
+        run(true);
     }
-    let time = |f: &mut dyn FnMut()| {
+    let mut time = |side: bool| {
         let start = Instant::now();
-        f();
+        run(side);
         start.elapsed().as_secs_f64()
     };
     let mut ratios: Vec<f64> = (0..rounds)
         .map(|round| {
-            // Alternate which side goes first: a cache warmed by one must not favour the other.
-            let (p, s) = if round % 2 == 0 {
-                let p = time(&mut || plain.step());
-                (p, time(&mut || spill.step()))
+            let (off, on) = if round % 2 == 0 {
+                let off = time(false);
+                (off, time(true))
             } else {
-                let s = time(&mut || spill.step());
-                (time(&mut || plain.step()), s)
+                let on = time(true);
+                (time(false), on)
             };
-            s / p
+            on / off
         })
         .collect();
     ratios.sort_by(f64::total_cmp);
@@ -121,49 +174,26 @@ fn paired_step_ratio(rounds: usize) -> f64 {
 /// first two only have their op signatures verified.
 fn paired_recording_ratio(rounds: usize, resample: u64) -> f64 {
     let device = Default::default();
-    SpillBackend::<Flex>::configure(
-        &device,
-        SpillConfig::default().tape_resample_steps(resample),
-    )
-    .expect("a valid config");
-    let mut trainer = CnnTrainer::<Autodiff<Spill>>::new();
+    configure(SpillConfig::default().tape_resample_steps(resample));
+    let mut trainer = Trainer::<Autodiff<Spill>, SmallCnn<_>>::new();
     let mut step = |record: bool| {
         if record {
-            SpillBackend::<Flex>::record_tape(&device, true);
-        }
-        let start = Instant::now();
-        if record {
-            SpillBackend::<Flex>::step_begin(&device);
+            Spill::record_tape(&device, true);
+            Spill::step_begin(&device);
         }
         trainer.step();
         if record {
-            SpillBackend::<Flex>::step_end(&device);
+            Spill::step_end(&device);
+            Spill::record_tape(&device, false);
         }
-        let took = start.elapsed().as_secs_f64();
-        if record {
-            SpillBackend::<Flex>::record_tape(&device, false);
-        }
-        took
     };
-    for _ in 0..3 {
-        step(false);
-        step(true);
-    }
-    let mut ratios: Vec<f64> = (0..rounds)
-        .map(|round| {
-            let (off, on) = if round % 2 == 0 {
-                let off = step(false);
-                (off, step(true))
-            } else {
-                let on = step(true);
-                (step(false), on)
-            };
-            on / off
-        })
-        .collect();
-    ratios.sort_by(f64::total_cmp);
-    SpillBackend::<Flex>::configure(&device, SpillConfig::default()).expect("a valid config");
-    ratios[rounds / 2]
+    let ratio = paired(rounds, &mut step);
+    configure(SpillConfig::default());
+    ratio
+}
+
+fn configure(config: SpillConfig) {
+    Spill::configure(&Default::default(), config).expect("a valid config");
 }
 
 /// Reads criterion's point estimate (mean, ns) of one benchmark from this run's output.
@@ -175,44 +205,80 @@ fn mean_ns(id: &str) -> Option<f64> {
     json["mean"]["point_estimate"].as_f64()
 }
 
+/// The benchmarks of one setting of the spilled side, `spill_id` naming its rows.
+fn bench_all(c: &mut Criterion, spill_id: &str, with_plain: bool) {
+    if with_plain {
+        bench_add::<Flex>(c, "flex");
+        bench_matmul::<Flex>(c, "flex");
+        bench_step::<Autodiff<Flex>, SmallCnn<_>>(c, "cnn_train_step", "flex");
+        bench_step::<Autodiff<Flex>, TinyGpt<_>>(c, "transformer_train_step", "flex");
+    }
+    bench_add::<Spill>(c, spill_id);
+    bench_matmul::<Spill>(c, spill_id);
+    bench_step::<Autodiff<Spill>, SmallCnn<_>>(c, "cnn_train_step", spill_id);
+    bench_step::<Autodiff<Spill>, TinyGpt<_>>(c, "transformer_train_step", spill_id);
+}
+
+const SETTINGS: [(&str, &str); 2] = [
+    ("spill", "unconfigured"),
+    ("spill_ample", "configured, budget never binding"),
+];
+
 fn main() {
     let mut c = Criterion::default()
         .configure_from_args()
         .warm_up_time(Duration::from_millis(500))
         .measurement_time(Duration::from_secs(3));
-    bench_add::<Flex>(&mut c, "flex");
-    bench_add::<Spill>(&mut c, "spill");
-    bench_matmul::<Flex>(&mut c, "flex");
-    bench_matmul::<Spill>(&mut c, "spill");
-    bench_cnn_step::<Autodiff<Flex>>(&mut c, "flex");
-    bench_cnn_step::<Autodiff<Spill>>(&mut c, "spill");
+    configure(SpillConfig::default());
+    bench_all(&mut c, SETTINGS[0].0, true);
+    configure(SpillConfig::default().device_budget_bytes(AMPLE_BUDGET));
+    bench_all(&mut c, SETTINGS[1].0, false);
     c.final_summary();
 
-    println!("\n| benchmark | plain (ns) | spill (ns) | added (ns) | ratio |");
-    println!("|---|---:|---:|---:|---:|");
-    for name in ["add_16x16", "matmul_64x64", "cnn_train_step"] {
-        if let (Some(plain), Some(spill)) = (
-            mean_ns(&format!("{name}/flex")),
-            mean_ns(&format!("{name}/spill")),
-        ) {
-            println!(
-                "| {name} | {plain:.0} | {spill:.0} | {:.0} | {:.4} |",
-                spill - plain,
-                spill / plain
-            );
+    println!("\n| benchmark | spilled side | plain (ns) | spill (ns) | added (ns) | ratio |");
+    println!("|---|---|---:|---:|---:|---:|");
+    for name in [
+        "add_16x16",
+        "matmul_64x64",
+        "cnn_train_step",
+        "transformer_train_step",
+    ] {
+        for (id, what) in SETTINGS {
+            if let (Some(plain), Some(spill)) = (
+                mean_ns(&format!("{name}/flex")),
+                mean_ns(&format!("{name}/{id}")),
+            ) {
+                println!(
+                    "| {name} | {what} | {plain:.0} | {spill:.0} | {:.0} | {:.4} |",
+                    spill - plain,
+                    spill / plain
+                );
+            }
         }
     }
     let rounds = 101;
+    println!("\nPaired: median spill/plain ratio over {rounds} alternating steps");
+    for (config, what) in [
+        (SpillConfig::default(), SETTINGS[0].1),
+        (
+            SpillConfig::default().device_budget_bytes(AMPLE_BUDGET),
+            SETTINGS[1].1,
+        ),
+    ] {
+        configure(config);
+        println!(
+            "- {what}: cnn_train_step {:.4}, transformer_train_step {:.4}",
+            paired_cnn_ratio(rounds),
+            paired_gpt_ratio(rounds)
+        );
+    }
+    configure(SpillConfig::default());
     println!(
-        "\ncnn_train_step, paired: median spill/plain ratio over {rounds} alternating steps = {:.4}",
-        paired_step_ratio(rounds)
-    );
-    println!(
-        "cnn_train_step, tape recording every step in full: median on/off ratio over {rounds} alternating steps = {:.4}",
+        "- cnn_train_step, tape recording every step in full: median on/off ratio = {:.4}",
         paired_recording_ratio(rounds, 1)
     );
     println!(
-        "cnn_train_step, tape with the default resampling (verify steps, record every 100th): median on/off ratio over {rounds} alternating steps = {:.4}",
+        "- cnn_train_step, tape with the default resampling (verify steps, record every 100th): median on/off ratio = {:.4}",
         paired_recording_ratio(rounds, 100)
     );
 }
