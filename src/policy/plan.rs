@@ -79,6 +79,8 @@ pub struct UsePlan {
     /// handle drops between it and the next op (other threads' ops and drops fold into the
     /// stepping thread's position before them).
     growth: Vec<Growth>,
+    /// The largest [`headroom`](Self::headroom) at any position and lookahead.
+    max_headroom: u64,
 }
 
 /// What one position does to the live bytes.
@@ -210,13 +212,26 @@ impl UsePlan {
             }
         }
         let recorded_peak = tape.tiers.iter().map(|s| s.device).max().unwrap_or(0);
-        Self {
+        let mut plan = Self {
             len,
             uses: by_id.into_values().collect(),
             carried,
             recorded_peak,
             growth: growth_of(tape, len),
-        }
+            max_headroom: 0,
+        };
+        // Headroom only grows with the lookahead, so the longest one bounds every other.
+        plan.max_headroom = (0..len)
+            .map(|now| plan.headroom(now, MAX_HEADROOM_LOOKAHEAD))
+            .max()
+            .unwrap_or(0);
+        plan
+    }
+
+    /// The most room the plan ever asks to keep free ([`headroom`](Self::headroom) at its
+    /// largest): a device this far under its budget needs no settling at any position.
+    pub fn max_headroom(&self) -> u64 {
+        self.max_headroom
     }
 
     /// The most bytes the next `lookahead` ops (from position `now`, wrapping into the next

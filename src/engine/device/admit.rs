@@ -47,6 +47,8 @@ pub struct OpTicket {
     budget: u64,
     strict: bool,
     signature: u64,
+    /// The output size learnt for this signature before, if any.
+    learnt: Option<u64>,
     inputs: smallvec::SmallVec<[TensorId; 4]>,
     /// Bytes of the evictable inputs (the others are in the ledger's unevictable count).
     evictable_input_bytes: u64,
@@ -72,7 +74,7 @@ impl DeviceEngine {
         if planning {
             self.step_changed(step);
         }
-        let has_plan = planning && self.plan().is_some();
+        let has_plan = planning && self.plan_headroom.load(Ordering::Relaxed) > 0;
         let (mut hits, mut misses) = (0u64, 0u64);
         let mut late = Vec::new();
         let tick = self.tick.fetch_add(1, Ordering::Relaxed);
@@ -86,18 +88,23 @@ impl DeviceEngine {
             let mut index = lock(&self.index);
             for (slot, input) in inputs.iter().enumerate() {
                 input.bytes.hash(&mut hasher);
-                if input.evictable {
-                    index.insert_or_touch(input.id, input.bytes, input.tier, tick, || {
-                        input.victim.clone()
-                    });
-                    index.pin(input.id);
-                }
-                if ids.contains(&input.id) {
+                let first = !ids.contains(&input.id);
+                let note = input.evictable.then(|| {
+                    let at = (first && planning).then_some((step, position, slot as u16));
+                    index.admit_input(
+                        input.id,
+                        input.bytes,
+                        input.tier,
+                        tick,
+                        || input.victim.clone(),
+                        at,
+                    )
+                });
+                if !first {
                     ids.push(input.id);
                     continue;
                 }
-                if input.evictable && planning {
-                    let note = index.note_input(input.id, step, position, slot as u16);
+                if let (Some(note), true) = (note, planning) {
                     if input.tier != Tier::Device {
                         misses += 1;
                         if let Some(key) = note.key_before.filter(|_| has_plan) {
@@ -130,10 +137,8 @@ impl DeviceEngine {
             }
         }
         let signature = hasher.finish();
-        let estimate = lock(&self.estimates)
-            .get(&signature)
-            .copied()
-            .unwrap_or(largest);
+        let learnt = lock(&self.estimates).get(&signature).copied();
+        let estimate = learnt.unwrap_or(largest);
         if input_bytes > budget && limits.strict {
             self.finish_pins(&ids);
             panic!(
@@ -150,6 +155,7 @@ impl DeviceEngine {
             budget,
             strict: limits.strict,
             signature,
+            learnt,
             inputs: ids,
             evictable_input_bytes,
             step,
@@ -171,21 +177,14 @@ impl DeviceEngine {
             }
             for (i, out) in outputs.iter().enumerate() {
                 if out.evictable {
-                    index.insert_or_touch(out.id, out.bytes, Tier::Device, tick, || {
-                        out.victim.clone()
+                    let key = ticket.planning.then_some(KeyAt {
+                        step: ticket.step,
+                        key: PlanKey::Produced {
+                            op: ticket.position,
+                            slot: i as u16,
+                        },
                     });
-                    if ticket.planning {
-                        index.set_key(
-                            out.id,
-                            KeyAt {
-                                step: ticket.step,
-                                key: PlanKey::Produced {
-                                    op: ticket.position,
-                                    slot: i as u16,
-                                },
-                            },
-                        );
-                    }
+                    index.admit_output(out.id, out.bytes, tick, || out.victim.clone(), key);
                 }
                 if !outputs[..i].iter().any(|o| o.id == out.id) {
                     output_bytes += out.bytes;
@@ -195,7 +194,8 @@ impl DeviceEngine {
                 }
             }
         }
-        {
+        // Most ops repeat a learnt size: the map is written only when it changes.
+        if ticket.learnt != Some(output_bytes) {
             let mut estimates = lock(&self.estimates);
             if estimates.len() >= MAX_ESTIMATES {
                 estimates.clear();

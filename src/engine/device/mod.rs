@@ -94,7 +94,12 @@ pub struct DeviceEngine {
     /// The use plan learned from the last recorded step, and the recorder's plan epoch it was
     /// built at.
     plan: RwLock<Option<Arc<UsePlan>>>,
+    /// The plan's [`UsePlan::max_headroom`] plus one, 0 without a plan: read after every op
+    /// without taking the plan's lock.
+    plan_headroom: AtomicU64,
     plan_epoch: Mutex<Option<(u64, u64)>>,
+    /// The step the per-step counters were last closed for, plus one (0 before the first).
+    step_seen: AtomicU64,
     /// Extra ops of lead per plan key, grown each time that tensor arrived late.
     leads: Mutex<FastMap<PlanKey, u32>>,
     /// Plan keys whose prefetch was wasted: the step until which they are not prefetched, and

@@ -47,15 +47,21 @@ impl DeviceEngine {
     /// the calling thread otherwise).
     pub fn after_op(self: &Arc<Self>) {
         let limits = self.limits();
-        if limits.budget.is_none() {
+        let Some(budget) = limits.budget else {
             return;
-        }
+        };
         self.pool.after_op(
             self.ledger.resident(Tier::Device),
             self.ledger.device_arrivals(),
             limits.pool_margin,
             self.queues(),
         );
+        // Memory ample: nothing off the device to bring back (or to demote), and the device
+        // under every settle point the plan could set. Most ops of a run that fits end here.
+        let off_device = self.ledger.resident(Tier::Host) + self.ledger.resident(Tier::Disk);
+        if off_device == 0 && self.device_committed() <= self.settle_floor(&limits, budget) {
+            return;
+        }
         let point = self.settle_point(&limits);
         let room = if limits.planning() && limits.prefetch_window > 0 {
             self.prefetch_ahead(&limits)
@@ -201,6 +207,16 @@ impl DeviceEngine {
                 trigger: limits.high_water,
                 target: limits.low_water,
             },
+        }
+    }
+
+    /// The device level at or under which no settle point triggers, whatever the position: the
+    /// budget less the plan's largest headroom, or the high watermark before a plan exists
+    /// (see [`settle_point`](Self::settle_point)).
+    fn settle_floor(&self, limits: &Limits, budget: u64) -> u64 {
+        match self.plan_headroom.load(Ordering::Relaxed) {
+            plus_one if plus_one > 0 && limits.planning() => budget.saturating_sub(plus_one - 1),
+            _ => limits.high_water,
         }
     }
 

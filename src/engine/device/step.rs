@@ -92,6 +92,10 @@ impl DeviceEngine {
     /// On a new step: closes the previous step's counters, and rebuilds the plan when the tape
     /// recorded a step or diverged since it was built.
     pub(super) fn step_changed(&self, step: u64) {
+        // Runs before every op: the same step is told apart without the lock.
+        if self.step_seen.load(Ordering::Acquire) == step + 1 {
+            return;
+        }
         {
             let mut steps = lock(&self.steps);
             if steps.step == Some(step) {
@@ -107,6 +111,7 @@ impl DeviceEngine {
             }
             steps.step = Some(step);
             steps.start = now;
+            self.step_seen.store(step + 1, Ordering::Release);
         }
         let epoch = self.recorder.plan_epoch();
         let mut built = lock(&self.plan_epoch);
@@ -137,7 +142,11 @@ impl DeviceEngine {
             lock(&self.leads).clear();
             lock(&self.benched).clear();
         }
+        let headroom = plan
+            .as_ref()
+            .map_or(0, |p| p.max_headroom().saturating_add(1));
         *self.plan.write().unwrap_or_else(|e| e.into_inner()) = plan;
+        self.plan_headroom.store(headroom, Ordering::Relaxed);
         // Spilled tensors are placed by the plan in force.
         let placement = self.placement();
         let mut index = lock(&self.index);
