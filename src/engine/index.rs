@@ -57,6 +57,23 @@ struct Entry {
     stamp: u64,
 }
 
+impl Entry {
+    fn new(victim: Weak<dyn Spillable>, bytes: u64, tier: Tier) -> Self {
+        Self {
+            victim,
+            bytes,
+            tier,
+            last_use: 0,
+            pins: 0,
+            key: None,
+            in_flight: false,
+            prefetched: false,
+            due: None,
+            stamp: 0,
+        }
+    }
+}
+
 /// A position that orders across steps: the step in the high bits, the op in the low ones.
 pub(crate) fn absolute(step: u64, op: u32) -> u64 {
     (step << 32) | u64::from(op)
@@ -119,6 +136,12 @@ impl Index {
         };
         self.stamp += 1;
         entry.stamp = self.stamp;
+        self.push_place(id, tier);
+    }
+
+    /// Appends `id`'s new place (the last stamp given, already in its entry) to `tier`'s queue,
+    /// dropping the stale places once they outnumber the live ones.
+    fn push_place(&mut self, id: TensorId, tier: Tier) {
         let queue = &mut self.cold[tier.index()];
         queue.push_back((self.stamp, id));
         if queue.len() > 2 * self.entries.len() + 64 {
@@ -147,22 +170,63 @@ impl Index {
             self.touch(id, tick);
             return;
         }
-        self.entries.insert(
-            id,
-            Entry {
-                victim: victim(),
-                bytes,
-                tier,
-                last_use: tick,
-                pins: 0,
-                key: None,
-                in_flight: false,
-                prefetched: false,
-                due: None,
-                stamp: 0,
-            },
-        );
+        let mut entry = Entry::new(victim(), bytes, tier);
+        entry.last_use = tick;
+        self.entries.insert(id, entry);
         self.enqueue(id, tier);
+    }
+
+    /// What an op does to one tensor it reads, in one lookup: adds it if new (as an entry of
+    /// `tier`), marks it used at `tick`, pins it, and with `note` = (step, position, slot)
+    /// notes the read (see `note_entry`).
+    pub fn admit_input(
+        &mut self,
+        id: TensorId,
+        bytes: u64,
+        tier: Tier,
+        tick: u64,
+        victim: impl FnOnce() -> Weak<dyn Spillable>,
+        note: Option<(u64, u32, u16)>,
+    ) -> InputNote {
+        let entry = self
+            .entries
+            .entry(id)
+            .or_insert_with(|| Entry::new(victim(), bytes, tier));
+        entry.last_use = tick;
+        entry.pins += 1;
+        let read = match note {
+            Some((step, now, slot)) => Self::note_entry(entry, step, now, slot),
+            None => InputNote::default(),
+        };
+        self.stamp += 1;
+        entry.stamp = self.stamp;
+        let tier = entry.tier;
+        self.push_place(id, tier);
+        read
+    }
+
+    /// What an op does to one tensor it produced, in one lookup: adds it if new (on the
+    /// device), marks it used at `tick` and, with `key`, names it in the use plan.
+    pub fn admit_output(
+        &mut self,
+        id: TensorId,
+        bytes: u64,
+        tick: u64,
+        victim: impl FnOnce() -> Weak<dyn Spillable>,
+        key: Option<KeyAt>,
+    ) {
+        let entry = self
+            .entries
+            .entry(id)
+            .or_insert_with(|| Entry::new(victim(), bytes, Tier::Device));
+        entry.last_use = tick;
+        if key.is_some() {
+            entry.key = key;
+        }
+        self.stamp += 1;
+        entry.stamp = self.stamp;
+        let tier = entry.tier;
+        self.push_place(id, tier);
     }
 
     pub fn touch(&mut self, id: TensorId, tick: u64) {
@@ -193,12 +257,6 @@ impl Index {
             self.due.remove(&(due, id));
         }
         self.enqueue(id, tier);
-    }
-
-    pub fn pin(&mut self, id: TensorId) {
-        if let Some(entry) = self.entries.get_mut(&id) {
-            entry.pins += 1;
-        }
     }
 
     pub fn unpin(&mut self, id: TensorId) {
@@ -244,19 +302,10 @@ impl Index {
         std::mem::take(&mut entry.prefetched).then_some(entry.key?.key)
     }
 
-    /// Gives a tensor its key in the use plan.
-    pub fn set_key(&mut self, id: TensorId, key: KeyAt) {
-        if let Some(entry) = self.entries.get_mut(&id) {
-            entry.key = Some(key);
-        }
-    }
-
-    /// Notes that input `slot` of the op at position `now` of step `step` reads `id`: a tensor
-    /// not keyed in this step is named after this read, and a prefetched one counts as a hit.
-    pub fn note_input(&mut self, id: TensorId, step: u64, now: u32, slot: u16) -> InputNote {
-        let Some(entry) = self.entries.get_mut(&id) else {
-            return InputNote::default();
-        };
+    /// Notes that input `slot` of the op at position `now` of step `step` reads `entry`: a
+    /// tensor not keyed in this step is named after this read, and a prefetched one counts as a
+    /// hit.
+    fn note_entry(entry: &mut Entry, step: u64, now: u32, slot: u16) -> InputNote {
         let note = InputNote {
             prefetched: std::mem::take(&mut entry.prefetched),
             key_before: entry.key,
@@ -424,7 +473,7 @@ mod tests {
         }
         index.insert_or_touch(9, 10, Tier::Device, 0, || dead.clone());
         index.touch(0, 100); // 0 becomes the hottest
-        index.pin(1);
+        index.admit_input(1, 10, Tier::Device, 1, || Arc::downgrade(&alive[1]), None); // pinned
         let ids = |c: Vec<Candidate>| c.iter().map(|c| c.id).collect::<Vec<_>>();
         assert_eq!(
             ids(index.coldest(Tier::Device, 15, &FastSet::default())),
