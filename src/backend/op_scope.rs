@@ -92,10 +92,12 @@ fn give_back(mut entries: Vec<TapeEntry>) {
     SCRATCH.with(|s| s.borrow_mut().push(entries));
 }
 
-/// The recording of one op: the engine whose recorder is on, the start, the tensors.
+/// The recording of one op: the engine whose recorder is on, the start, the tensors. While the
+/// recorder only verifies (most steps of a run that repeats), only the outputs are needed: the
+/// start is not read and the inputs are not collected.
 struct Recording {
     engine: Arc<DeviceEngine>,
-    started: Instant,
+    started: Option<Instant>,
     inputs: Vec<TapeEntry>,
     outputs: Vec<TapeEntry>,
 }
@@ -131,9 +133,10 @@ impl<B: Backend> OpScope<B> {
     /// Starts recording this op if `engine` records; returns the recording.
     fn recording_for(&mut self, engine: &Arc<DeviceEngine>) -> Option<&mut Recording> {
         if self.recording.is_none() && engine.recorder().is_enabled() {
+            let verifying = engine.recorder().is_verifying();
             self.recording = Some(Recording {
                 engine: engine.clone(),
-                started: Instant::now(),
+                started: (!verifying).then(Instant::now),
                 inputs: lend(),
                 outputs: lend(),
             });
@@ -143,7 +146,9 @@ impl<B: Backend> OpScope<B> {
 
     /// Notes an input the op will read.
     pub(crate) fn input(&mut self, tensor: &SpillTensor<B>) {
-        if let Some(recording) = self.recording_for(tensor.engine()) {
+        if let Some(recording) = self.recording_for(tensor.engine())
+            && recording.started.is_some()
+        {
             recording.inputs.push(TapeEntry::of(tensor));
         }
         if !tensor.engine().is_tracking() {
@@ -278,17 +283,22 @@ impl<B: Backend> OpScope<B> {
 impl<B: Backend> Drop for OpScope<B> {
     fn drop(&mut self) {
         if let Some(recording) = self.recording.take() {
-            let duration = recording.started.elapsed().as_nanos() as u64;
             if !std::thread::panicking() {
-                recording.engine.recorder().record_op(
-                    self.name,
-                    recording.inputs.iter().map(TapeEntry::view),
-                    recording.outputs.iter().map(TapeEntry::view),
-                    recording.started,
-                    duration,
-                    [Tier::Device, Tier::Host, Tier::Disk]
-                        .map(|tier| recording.engine.ledger().resident(tier)),
-                );
+                let recorder = recording.engine.recorder();
+                let resident = [Tier::Device, Tier::Host, Tier::Disk]
+                    .map(|tier| recording.engine.ledger().resident(tier));
+                let outputs = recording.outputs.iter().map(TapeEntry::view);
+                match recording.started {
+                    Some(started) => recorder.record_op(
+                        self.name,
+                        recording.inputs.iter().map(TapeEntry::view),
+                        outputs,
+                        started,
+                        started.elapsed().as_nanos() as u64,
+                        resident,
+                    ),
+                    None => recorder.record_verified_op(self.name, outputs, resident),
+                }
             }
             give_back(recording.inputs);
             give_back(recording.outputs);

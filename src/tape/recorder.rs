@@ -198,6 +198,9 @@ struct State {
     main_thread: Option<u64>,
     /// Steps recorded in full so far.
     step_tapes: u64,
+    /// Whether an op of this step went in without its inputs (see
+    /// [`Recorder::record_verified_op`]): such a step is not kept as a tape.
+    incomplete: bool,
 }
 
 /// What the recorder has seen, for stats and tests.
@@ -248,7 +251,7 @@ impl State {
         let state = self;
         let mut closed = None;
         match state.mode {
-            Mode::Record if !state.buffers.ops.is_empty() => {
+            Mode::Record if !state.buffers.ops.is_empty() && !state.incomplete => {
                 let duration = state.step_start.elapsed().as_nanos() as u64;
                 let tape = Arc::new(state.buffers.finish(state.step, state.marked, duration));
                 state.step += 1;
@@ -270,6 +273,9 @@ impl State {
                     state.mode = Mode::Verify;
                 }
             }
+            // A step with an op recorded without its inputs: counted, not kept; the next one
+            // is recorded.
+            Mode::Record if state.incomplete => state.step += 1,
             Mode::Record => {}
             Mode::Verify if state.signatures.is_empty() => {}
             Mode::Verify => {
@@ -297,6 +303,7 @@ impl State {
         state.buffers.clear();
         state.signatures.clear();
         state.diverged_at = None;
+        state.incomplete = false;
         state.step_start = Instant::now();
         state.marked = next_marked;
         closed
@@ -333,6 +340,7 @@ impl State {
                     self.auto_period = Some(period);
                     // Not a step: whatever ran before, up to the confirmation.
                     self.buffers.clear();
+                    self.incomplete = false;
                     self.signatures.clear();
                     self.expected.clear();
                     self.stable = 0;
@@ -367,6 +375,8 @@ pub struct Recorder {
     /// Recorded steps finished so far and divergences seen, for the engine's plan.
     finished_count: AtomicU64,
     divergence_count: AtomicU64,
+    /// Whether the state's mode is `Verify`, as of the last op or boundary.
+    verifying: AtomicBool,
 }
 
 /// Ops per step the packed position can count; longer steps saturate (their tail shares one
@@ -397,10 +407,12 @@ impl Default for Recorder {
                 auto_period: None,
                 main_thread: None,
                 step_tapes: 0,
+                incomplete: false,
             }),
             position: AtomicU64::new(0),
             finished_count: AtomicU64::new(0),
             divergence_count: AtomicU64::new(0),
+            verifying: AtomicBool::new(false),
         }
     }
 }
@@ -425,6 +437,8 @@ impl Recorder {
 
     /// Makes the step, the position in it and the counters readable without the lock.
     fn publish(&self, state: &State) {
+        self.verifying
+            .store(state.mode == Mode::Verify, Ordering::Relaxed);
         let ops = (state.signatures.len() as u64).min((1 << POSITION_BITS) - 1);
         self.position
             .store((state.step << POSITION_BITS) | ops, Ordering::Relaxed);
@@ -495,44 +509,117 @@ impl Recorder {
         let mut state = self.lock();
         let state = &mut *state;
         let main = *state.main_thread.get_or_insert(thread) == thread;
-        if state.mode == Mode::Verify && !main {
-            return;
-        }
         if state.mode == Mode::Verify {
-            // Only the signature: the step is expected to repeat the recorded one.
-            let mut sig = SigBuilder::new(name);
-            for output in outputs {
-                sig.output(&output);
-            }
-            let sig = sig.finish();
-            let at = state.signatures.len();
-            if state.diverged_at.is_none() && state.expected.get(at) != Some(&sig) {
-                state.diverged_at = Some(at as u32);
-            }
-            state.signatures.push(sig);
             drop(inputs);
-            state.auto_step(sig);
-            self.publish(state);
+            self.verify_op(state, main, name, outputs);
             return;
         }
-        let start_ns = started
-            .saturating_duration_since(state.step_start)
-            .as_nanos() as u64;
+        let op = RawOp {
+            name,
+            first_id: 0,
+            inputs: 0,
+            outputs: 0,
+            start_ns: started
+                .saturating_duration_since(state.step_start)
+                .as_nanos() as u64,
+            duration_ns,
+            thread,
+            resident,
+        };
+        self.append_op(state, main, op, inputs, outputs);
+    }
+
+    /// Appends one op whose inputs and time were not collected, because the recorder was only
+    /// verifying when it started ([`is_verifying`](Self::is_verifying)): verifying needs only
+    /// the outputs. If it records in full by now (a step boundary came in between), the op goes
+    /// in without them and this step is not kept as a tape.
+    pub fn record_verified_op<'a>(
+        &self,
+        name: &'static str,
+        outputs: impl ExactSizeIterator<Item = TensorView<'a>>,
+        resident: [u64; 3],
+    ) {
+        let thread = thread_number();
+        let mut state = self.lock();
+        let state = &mut *state;
+        let main = *state.main_thread.get_or_insert(thread) == thread;
+        if state.mode == Mode::Verify {
+            self.verify_op(state, main, name, outputs);
+            return;
+        }
+        state.incomplete = true;
+        let op = RawOp {
+            name,
+            first_id: 0,
+            inputs: 0,
+            outputs: 0,
+            start_ns: 0,
+            duration_ns: 0,
+            thread,
+            resident,
+        };
+        self.append_op(state, main, op, std::iter::empty(), outputs);
+    }
+
+    /// Whether the recorder only verifies signatures now: an op starting now needs to collect
+    /// its outputs only (see [`record_verified_op`](Self::record_verified_op)), and drops are
+    /// not recorded.
+    pub fn is_verifying(&self) -> bool {
+        self.verifying.load(Ordering::Relaxed)
+    }
+
+    /// Compares one op's signature with the recorded step's (ops of other threads than the
+    /// stepping one are left out: their interleaving is not deterministic).
+    fn verify_op<'a>(
+        &self,
+        state: &mut State,
+        main: bool,
+        name: &'static str,
+        outputs: impl ExactSizeIterator<Item = TensorView<'a>>,
+    ) {
+        if !main {
+            return;
+        }
+        // Only the signature: the step is expected to repeat the recorded one.
+        let mut sig = SigBuilder::new(name);
+        for output in outputs {
+            sig.output(&output);
+        }
+        let sig = sig.finish();
+        let at = state.signatures.len();
+        if state.diverged_at.is_none() && state.expected.get(at) != Some(&sig) {
+            state.diverged_at = Some(at as u32);
+        }
+        state.signatures.push(sig);
+        state.auto_step(sig);
+        self.publish(state);
+    }
+
+    /// Puts one op with its tensors into the step's buffers; `op` comes with its name, time,
+    /// thread and tiers, and its tensor ranges are filled in here.
+    fn append_op<'a>(
+        &self,
+        state: &mut State,
+        main: bool,
+        mut op: RawOp,
+        inputs: impl ExactSizeIterator<Item = TensorView<'a>>,
+        outputs: impl ExactSizeIterator<Item = TensorView<'a>>,
+    ) {
         let buffers = &mut state.buffers;
-        let op = buffers.ops.len() as u32;
-        let first_id = buffers.ids.len() as u32;
-        let (n_in, n_out) = (inputs.len(), outputs.len());
+        let at = buffers.ops.len() as u32;
+        op.first_id = buffers.ids.len() as u32;
+        (op.inputs, op.outputs) = (inputs.len() as u16, outputs.len() as u16);
         for input in inputs {
             buffers.note_tensor(&input, None);
             buffers.ids.push(input.id);
         }
-        let mut sig = SigBuilder::new(name);
+        let mut sig = SigBuilder::new(op.name);
         for (i, output) in outputs.enumerate() {
             sig.output(&output);
             buffers.note_tensor(
                 &output,
                 Some(Producer {
-                    op,
+                    op: at,
                     output: i as u8,
                 }),
             );
@@ -542,25 +629,18 @@ impl Recorder {
         if main {
             state.signatures.push(sig);
         }
-        let buffers = &mut state.buffers;
-        buffers.ops.push(RawOp {
-            name,
-            first_id,
-            inputs: n_in as u16,
-            outputs: n_out as u16,
-            start_ns,
-            duration_ns,
-            thread,
-            resident,
-        });
+        state.buffers.ops.push(op);
         if main {
             state.auto_step(sig);
         }
         self.publish(state);
     }
 
-    /// Notes that a tensor's last handle dropped.
+    /// Notes that a tensor's last handle dropped (only a step recorded in full keeps drops).
     pub fn record_drop(&self, id: TensorId) {
+        if self.is_verifying() {
+            return;
+        }
         let mut state = self.lock();
         let after_ops = state.buffers.ops.len() as u32;
         state.buffers.drops.push(DropRecord { id, after_ops });
@@ -620,6 +700,68 @@ mod tests {
             shape,
             role: TensorRole::Other,
         }
+    }
+
+    #[test]
+    fn an_op_without_its_inputs_keeps_its_step_from_becoming_a_tape() {
+        let rec = Recorder::default();
+        rec.set_enabled(true);
+        rec.set_resample_every(1);
+        rec.boundary(true);
+        // An op that began while the recorder verified, recorded once it records in full.
+        assert!(!rec.is_verifying());
+        rec.record_verified_op("float_exp", [view(2, &[2, 3])].into_iter(), [0; 3]);
+        assert!(
+            rec.boundary(true).is_none(),
+            "an incomplete step is not a tape"
+        );
+        assert_eq!(rec.counters().steps, 1, "but it is counted");
+        let t0 = Instant::now();
+        rec.record_op(
+            "float_exp",
+            [view(1, &[2, 3])].into_iter(),
+            [view(2, &[2, 3])].into_iter(),
+            t0,
+            10,
+            [0; 3],
+        );
+        let tape = rec.boundary(true).expect("the next step is recorded");
+        assert_eq!(tape.ops[0].inputs, vec![1]);
+    }
+
+    #[test]
+    fn verifying_steps_skip_drops_and_need_only_outputs() {
+        let rec = Recorder::default();
+        rec.set_enabled(true);
+        rec.set_resample_every(100);
+        let t0 = Instant::now();
+        for _ in 0..2 {
+            rec.boundary(true);
+            rec.record_op(
+                "float_exp",
+                [view(1, &[2, 3])].into_iter(),
+                [view(2, &[2, 3])].into_iter(),
+                t0,
+                10,
+                [0; 3],
+            );
+        }
+        rec.boundary(true);
+        assert!(
+            rec.is_verifying(),
+            "two equal recorded steps make it verify"
+        );
+        rec.record_verified_op("float_exp", [view(2, &[2, 3])].into_iter(), [0; 3]);
+        rec.record_drop(2);
+        assert!(rec.lock().buffers.drops.is_empty());
+        rec.boundary(true);
+        let counters = rec.counters();
+        assert_eq!(counters.divergences, 0, "the verified step matched");
+        assert!(counters.verifying);
+        rec.record_verified_op("float_log", [view(2, &[2, 3])].into_iter(), [0; 3]);
+        rec.boundary(true);
+        assert_eq!(rec.counters().divergences, 1, "another op is a divergence");
+        assert!(!rec.is_verifying());
     }
 
     #[test]
