@@ -1,0 +1,126 @@
+//! A target for a sampling profiler: trains the small CNN or the tiny Transformer on
+//! `SpillBackend<Flex>` at a budget given as a percentage of the plain peak (or unconfigured),
+//! for a number of steps, and prints the mean spilled step time. Nothing else runs, so a
+//! profile of it is a profile of the engine's per-op path and the model's kernels.
+//!
+//! ```text
+//! cargo bench --bench step_profile -- transformer 30 300
+//! perf record -F 2000 -o perf.data target/release/deps/step_profile-* transformer 30 300
+//! perf report -i perf.data --no-children --sort symbol
+//! ```
+//!
+//! Arguments: the model (`cnn` or `transformer`), the budget in percent of the plain peak
+//! (`none` for an unconfigured device; above 100 never binds) and the number of steps.
+
+#[path = "../examples/common/small_models.rs"]
+mod small_models;
+
+use std::time::Instant;
+
+use burn::backend::{Autodiff, Flex};
+use burn::module::AutodiffModule;
+use burn::optim::adaptor::OptimizerAdaptor;
+use burn::optim::{Adam, AdamConfig, GradientsParams, Optimizer};
+use burn::tensor::{Int, Tensor};
+use burn_spill::{SpillBackend, SpillConfig};
+use small_models::{SmallCnn, TinyGpt, cnn_batch, gpt_batch};
+
+type Spill = SpillBackend<Flex>;
+type Spilled = Autodiff<Spill>;
+
+trait Model: AutodiffModule<Spilled> + Clone {
+    fn init(device: &burn::tensor::Device<Spilled>) -> Self;
+    fn batch_loss(&self) -> Tensor<Spilled, 1>;
+    fn config() -> SpillConfig;
+}
+
+impl Model for SmallCnn<Spilled> {
+    fn init(device: &burn::tensor::Device<Spilled>) -> Self {
+        SmallCnn::new(device)
+    }
+    fn batch_loss(&self) -> Tensor<Spilled, 1> {
+        let (images, labels): (Tensor<Spilled, 4>, Tensor<Spilled, 1, Int>) =
+            cnn_batch::<Spilled>(8, 0, &Default::default());
+        self.loss(images, labels)
+    }
+    fn config() -> SpillConfig {
+        SpillConfig::cnn()
+    }
+}
+
+impl Model for TinyGpt<Spilled> {
+    fn init(device: &burn::tensor::Device<Spilled>) -> Self {
+        TinyGpt::new(device)
+    }
+    fn batch_loss(&self) -> Tensor<Spilled, 1> {
+        self.loss(gpt_batch::<Spilled>(8, 0, &Default::default()))
+    }
+    fn config() -> SpillConfig {
+        SpillConfig::transformer()
+    }
+}
+
+/// Trains `steps` steps with markers around each; returns the mean step time in ms.
+fn train<M: Model>(steps: usize) -> f64 {
+    let device = Default::default();
+    <Spilled as burn::tensor::backend::Backend>::seed(&device, 1);
+    let mut model = Some(M::init(&device));
+    let mut optim: OptimizerAdaptor<Adam, M, Spilled> = AdamConfig::new().init();
+    let start = Instant::now();
+    for _ in 0..steps {
+        Spill::step_begin(&device);
+        let m = model.take().expect("a model between steps");
+        let loss = m.batch_loss();
+        let grads = GradientsParams::from_grads(loss.backward(), &m);
+        model = Some(optim.step(1e-3, m, grads));
+        Spill::step_end(&device);
+    }
+    start.elapsed().as_secs_f64() * 1e3 / steps as f64
+}
+
+fn run<M: Model>(budget_percent: Option<u64>, steps: usize) {
+    let device = Default::default();
+    let peak = match budget_percent {
+        Some(percent) => {
+            // The plain peak: what the counters of an unconfigured device see in a few steps.
+            Spill::configure(&device, SpillConfig::default()).expect("a valid config");
+            train::<M>(4);
+            let peak = Spill::stats(&device).peak.device;
+            let budget = peak * percent / 100;
+            Spill::configure(&device, M::config().device_budget_bytes(budget))
+                .expect("a valid config");
+            println!("plain peak {peak} B, budget {budget} B ({percent}%)");
+            Some(peak)
+        }
+        None => {
+            Spill::configure(&device, SpillConfig::default()).expect("a valid config");
+            None
+        }
+    };
+    let ms = train::<M>(steps);
+    let stats = Spill::stats(&device);
+    println!(
+        "{steps} steps, {ms:.3} ms per step; moved {} B to the host, {} B back; peak {} B (plain {peak:?})",
+        stats.device_to_host.bytes, stats.host_to_device.bytes, stats.peak.device
+    );
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args()
+        .skip(1)
+        .filter(|a| a != "--bench")
+        .collect();
+    let model = args.first().map_or("transformer", String::as_str);
+    let budget = match args.get(1).map(String::as_str) {
+        None | Some("none") => None,
+        Some(p) => Some(p.parse().expect("a budget in percent, or `none`")),
+    };
+    let steps = args
+        .get(2)
+        .map_or(200, |s| s.parse().expect("a step count"));
+    match model {
+        "cnn" => run::<SmallCnn<Spilled>>(budget, steps),
+        "transformer" => run::<TinyGpt<Spilled>>(budget, steps),
+        other => panic!("unknown model `{other}`: `cnn` or `transformer`"),
+    }
+}
