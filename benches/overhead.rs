@@ -120,11 +120,7 @@ fn paired_cnn_ratio(rounds: usize) -> f64 {
     let mut plain = Trainer::<Autodiff<Flex>, SmallCnn<_>>::new();
     let mut spill = Trainer::<Autodiff<Spill>, SmallCnn<_>>::new();
     paired(rounds, &mut |spilled| {
-        if spilled {
-            spill.step()
-        } else {
-            plain.step()
-        }
+        if spilled { spill.step() } else { plain.step() }
     })
 }
 
@@ -132,11 +128,7 @@ fn paired_gpt_ratio(rounds: usize) -> f64 {
     let mut plain = Trainer::<Autodiff<Flex>, TinyGpt<_>>::new();
     let mut spill = Trainer::<Autodiff<Spill>, TinyGpt<_>>::new();
     paired(rounds, &mut |spilled| {
-        if spilled {
-            spill.step()
-        } else {
-            plain.step()
-        }
+        if spilled { spill.step() } else { plain.step() }
     })
 }
 
