@@ -10,7 +10,8 @@
 //! ```
 //!
 //! Arguments: the model (`cnn` or `transformer`), the budget in percent of the plain peak
-//! (`none` for an unconfigured device; above 100 never binds) and the number of steps.
+//! (`none` for an unconfigured device; above 100 never binds), the number of steps, and
+//! `unmarked` to train without step markers (the tape finds the steps itself).
 
 #[path = "../examples/common/small_models.rs"]
 mod small_models;
@@ -60,31 +61,36 @@ impl Model for TinyGpt<Spilled> {
     }
 }
 
-/// Trains `steps` steps with markers around each; returns the mean step time in ms.
-fn train<M: Model>(steps: usize) -> f64 {
+/// Trains `steps` steps, with markers around each unless `unmarked` (the tape then finds the
+/// steps itself); returns the mean step time in ms.
+fn train<M: Model>(steps: usize, unmarked: bool) -> f64 {
     let device = Default::default();
     <Spilled as burn::tensor::backend::Backend>::seed(&device, 1);
     let mut model = Some(M::init(&device));
     let mut optim: OptimizerAdaptor<Adam, M, Spilled> = AdamConfig::new().init();
     let start = Instant::now();
     for _ in 0..steps {
-        Spill::step_begin(&device);
+        if !unmarked {
+            Spill::step_begin(&device);
+        }
         let m = model.take().expect("a model between steps");
         let loss = m.batch_loss();
         let grads = GradientsParams::from_grads(loss.backward(), &m);
         model = Some(optim.step(1e-3, m, grads));
-        Spill::step_end(&device);
+        if !unmarked {
+            Spill::step_end(&device);
+        }
     }
     start.elapsed().as_secs_f64() * 1e3 / steps as f64
 }
 
-fn run<M: Model>(budget_percent: Option<u64>, steps: usize) {
+fn run<M: Model>(budget_percent: Option<u64>, steps: usize, unmarked: bool) {
     let device = Default::default();
     let peak = match budget_percent {
         Some(percent) => {
             // The plain peak: what the counters of an unconfigured device see in a few steps.
             Spill::configure(&device, SpillConfig::default()).expect("a valid config");
-            train::<M>(4);
+            train::<M>(4, unmarked);
             let peak = Spill::stats(&device).peak.device;
             let budget = peak * percent / 100;
             Spill::configure(&device, M::config().device_budget_bytes(budget))
@@ -97,10 +103,11 @@ fn run<M: Model>(budget_percent: Option<u64>, steps: usize) {
             None
         }
     };
-    let ms = train::<M>(steps);
+    let ms = train::<M>(steps, unmarked);
     let stats = Spill::stats(&device);
+    let tape = Spill::tape_counters(&device);
     println!(
-        "{steps} steps, {ms:.3} ms per step; moved {} B to the host, {} B back; peak {} B (plain {peak:?})",
+        "{steps} steps, {ms:.3} ms per step; moved {} B to the host, {} B back; peak {} B (plain {peak:?}); tape {tape:?}",
         stats.device_to_host.bytes, stats.host_to_device.bytes, stats.peak.device
     );
 }
@@ -118,9 +125,10 @@ fn main() {
     let steps = args
         .get(2)
         .map_or(200, |s| s.parse().expect("a step count"));
+    let unmarked = args.get(3).is_some_and(|a| a == "unmarked");
     match model {
-        "cnn" => run::<SmallCnn<Spilled>>(budget, steps),
-        "transformer" => run::<TinyGpt<Spilled>>(budget, steps),
+        "cnn" => run::<SmallCnn<Spilled>>(budget, steps, unmarked),
+        "transformer" => run::<TinyGpt<Spilled>>(budget, steps, unmarked),
         other => panic!("unknown model `{other}`: `cnn` or `transformer`"),
     }
 }

@@ -309,7 +309,11 @@ impl UsePlan {
 
     /// How far the next use of the tensor keyed `at` is from position `now` of step `step`.
     pub fn next_use(&self, at: KeyAt, step: u64, now: u32) -> NextUse {
-        let first_from = |uses: &[u32]| uses.iter().find(|&&u| u >= now).map(|u| u - now);
+        // Uses are sorted: the first at or after `now` is found by bisection.
+        let first_from = |uses: &[u32]| {
+            let at = uses.partition_point(|&u| u < now);
+            uses.get(at).map(|u| u - now)
+        };
         if at.step == step {
             if let Some(d) = first_from(self.uses(at.key)) {
                 return NextUse::In(d);
