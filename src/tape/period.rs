@@ -205,7 +205,10 @@ impl PeriodDetector {
         // A recurrence proposes its distance.
         if let Some(q) = self.last_seen.insert(sig, k) {
             let p = k - q;
-            if (self.min..=self.max).contains(&p) {
+            // A candidate already is one (`propose` would keep it): in a periodic stream that is
+            // nearly every op, and the run need not be measured again.
+            if (self.min..=self.max).contains(&p) && !self.candidates.iter().any(|c| c.period == p)
+            {
                 let run = self.measure_run(p);
                 self.propose(p, run);
             }
