@@ -157,25 +157,6 @@ impl Index {
             .filter_map(move |&(stamp, id)| Some((id, is_current(&self.entries, tier, stamp, id)?)))
     }
 
-    /// Adds a tensor, or marks it used now if present.
-    pub fn insert_or_touch(
-        &mut self,
-        id: TensorId,
-        bytes: u64,
-        tier: Tier,
-        tick: u64,
-        victim: impl FnOnce() -> Weak<dyn Spillable>,
-    ) {
-        if self.entries.contains_key(&id) {
-            self.touch(id, tick);
-            return;
-        }
-        let mut entry = Entry::new(victim(), bytes, tier);
-        entry.last_use = tick;
-        self.entries.insert(id, entry);
-        self.enqueue(id, tier);
-    }
-
     /// What an op does to one tensor it reads, in one lookup: adds it if new (as an entry of
     /// `tier`), marks it used at `tick`, pins it, and with `note` = (step, position, slot)
     /// notes the read (see `note_entry`).
@@ -205,8 +186,9 @@ impl Index {
         read
     }
 
-    /// What an op does to one tensor it produced, in one lookup: adds it if new (on the
-    /// device), marks it used at `tick` and, with `key`, names it in the use plan.
+    /// What an op does to one tensor it produced (and what registering a new tensor does), in
+    /// one lookup: adds it if new (on the device), marks it used at `tick` and, with `key`,
+    /// names it in the use plan.
     pub fn admit_output(
         &mut self,
         id: TensorId,
@@ -227,15 +209,6 @@ impl Index {
         entry.stamp = self.stamp;
         let tier = entry.tier;
         self.push_place(id, tier);
-    }
-
-    pub fn touch(&mut self, id: TensorId, tick: u64) {
-        let Some(entry) = self.entries.get_mut(&id) else {
-            return;
-        };
-        entry.last_use = tick;
-        let tier = entry.tier;
-        self.enqueue(id, tier);
     }
 
     /// Marks a tensor back on the device and used at `tick` (one place in the queue, not two).
@@ -469,10 +442,10 @@ mod tests {
         let dead: Weak<dyn Spillable> = Arc::downgrade(&(Arc::new(Fake) as Arc<dyn Spillable>));
         let mut index = Index::default();
         for (i, v) in alive.iter().enumerate() {
-            index.insert_or_touch(i as u64, 10, Tier::Device, i as u64, || Arc::downgrade(v));
+            index.admit_output(i as u64, 10, i as u64, || Arc::downgrade(v), None);
         }
-        index.insert_or_touch(9, 10, Tier::Device, 0, || dead.clone());
-        index.touch(0, 100); // 0 becomes the hottest
+        index.admit_output(9, 10, 0, || dead.clone(), None);
+        index.admit_output(0, 10, 100, || Arc::downgrade(&alive[0]), None); // now the hottest
         index.admit_input(1, 10, Tier::Device, 1, || Arc::downgrade(&alive[1]), None); // pinned
         let ids = |c: Vec<Candidate>| c.iter().map(|c| c.id).collect::<Vec<_>>();
         assert_eq!(
@@ -501,11 +474,12 @@ mod tests {
             .collect();
         let mut index = Index::default();
         for (i, v) in alive.iter().enumerate() {
-            index.insert_or_touch(i as u64, 10, Tier::Device, i as u64, || Arc::downgrade(v));
+            index.admit_output(i as u64, 10, i as u64, || Arc::downgrade(v), None);
         }
         // Touch 0 and 1 many times, 1 last: the order is 2, 0, 1.
         for tick in 10..1_000 {
-            index.touch(tick % 2, tick);
+            let id = tick % 2;
+            index.admit_output(id, 10, tick, || Arc::downgrade(&alive[id as usize]), None);
         }
         let ids = |c: Vec<Candidate>| c.iter().map(|c| c.id).collect::<Vec<_>>();
         assert_eq!(

@@ -284,7 +284,7 @@ impl DeviceEngine {
     /// Adds a newly created tensor to the index (only while tracking).
     pub fn register(&self, id: TensorId, bytes: u64, victim: Weak<dyn Spillable>) {
         let tick = self.tick.fetch_add(1, Ordering::Relaxed);
-        lock(&self.index).insert_or_touch(id, bytes, Tier::Device, tick, || victim);
+        lock(&self.index).admit_output(id, bytes, tick, || victim, None);
     }
 
     /// Forgets a dropped tensor.
