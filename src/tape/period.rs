@@ -312,6 +312,11 @@ impl PeriodDetector {
         if hi < lo {
             return p;
         }
+        // Most distances fail at once (not even one op past the period repeats): one comparison
+        // instead of the whole search, with the same answer (the suffix test is monotone).
+        if hi > lo && !self.periodic_suffix(p, p + 1) {
+            return p;
+        }
         while lo < hi {
             let mid = lo + (hi - lo).div_ceil(2);
             if self.periodic_suffix(p, mid) {
