@@ -505,10 +505,8 @@ impl Recorder {
         duration_ns: u64,
         resident: [u64; 3],
     ) {
-        let thread = thread_number();
-        let mut state = self.lock();
-        let state = &mut *state;
-        let main = *state.main_thread.get_or_insert(thread) == thread;
+        let (mut guard, thread, main) = self.lock_for_op();
+        let state = &mut *guard;
         if state.mode == Mode::Verify {
             drop(inputs);
             self.verify_op(state, main, name, outputs);
@@ -539,10 +537,8 @@ impl Recorder {
         outputs: impl ExactSizeIterator<Item = TensorView<'a>>,
         resident: [u64; 3],
     ) {
-        let thread = thread_number();
-        let mut state = self.lock();
-        let state = &mut *state;
-        let main = *state.main_thread.get_or_insert(thread) == thread;
+        let (mut guard, thread, main) = self.lock_for_op();
+        let state = &mut *guard;
         if state.mode == Mode::Verify {
             self.verify_op(state, main, name, outputs);
             return;
@@ -566,6 +562,15 @@ impl Recorder {
     /// not recorded.
     pub fn is_verifying(&self) -> bool {
         self.verifying.load(Ordering::Relaxed)
+    }
+
+    /// The state, the calling thread's number and whether it is the stepping thread (the
+    /// first to record one, unless a marker named another).
+    fn lock_for_op(&self) -> (MutexGuard<'_, State>, u64, bool) {
+        let thread = thread_number();
+        let mut state = self.lock();
+        let main = *state.main_thread.get_or_insert(thread) == thread;
+        (state, thread, main)
     }
 
     /// Compares one op's signature with the recorded step's (ops of other threads than the
