@@ -19,7 +19,7 @@ mod backend;
 mod config;
 mod engine;
 mod error;
-mod fast_hash;
+mod hashing;
 mod policy;
 mod stats;
 mod tape;
