@@ -8,8 +8,10 @@
 //! cargo run --release --example resnet -- --help
 //! ```
 //!
-//! The only change from plain Burn training code is the backend type:
-//! `Autodiff<SpillBackend<B>>` where the plain run has `Autodiff<B>` (see `common/experiment.rs`).
+//! The changes from plain Burn training code are the backend type, `Autodiff<SpillBackend<B>>`
+//! where the plain run has `Autodiff<B>` (see `common/experiment.rs`), and one line on the
+//! `SupervisedTraining`, `.with_spill_steps()`, which marks every step for the tape (see
+//! `common/learner.rs`).
 
 mod common;
 
@@ -17,15 +19,16 @@ use clap::Parser;
 use common::backends::run_on;
 use common::cli::{self, SpillArgs};
 use common::experiment::{Experiment, Workload};
-use common::learner::train_resnet;
+use common::learner::{train_resnet, train_resnet_marked};
 use common::report::{RunDescription, finish};
 use common::resnet_model::{DEPTHS, ResNetConfig};
 use common::step_log::StepLog;
 use common::synthetic::ImageTask;
 
+use burn::backend::Autodiff;
 use burn::tensor::TensorData;
-use burn::tensor::backend::AutodiffBackend;
-use burn_spill::Preset;
+use burn::tensor::backend::{AutodiffBackend, Backend};
+use burn_spill::{Preset, SpillBackend};
 
 /// ResNet training, plain against spilled.
 ///
@@ -92,6 +95,22 @@ impl Workload for ResNetRun {
         log: &StepLog,
     ) -> Vec<TensorData> {
         train_resnet::<A>(&self.config, &self.task, self.batch, steps, device, log)
+    }
+
+    /// The spilled run trains under burn-spill's strategy for burn-train, which marks every
+    /// step (`.with_spill_steps()` on the `SupervisedTraining`).
+    fn train_spilled<B: Backend>(
+        &self,
+        device: &B::Device,
+        steps: usize,
+        log: &StepLog,
+    ) -> Vec<TensorData> {
+        type Spilled<B> = Autodiff<SpillBackend<B>>;
+        train_resnet_marked::<Spilled<B>>(&self.config, &self.task, self.batch, steps, device, log)
+    }
+
+    fn marks_steps(&self) -> bool {
+        true
     }
 }
 

@@ -15,9 +15,10 @@ use burn::optim::AdamConfig;
 use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::{Int, Tensor, TensorData};
 use burn::train::{
-    ClassificationOutput, InferenceStep, Learner, SupervisedTraining, TrainOutput, TrainStep,
+    ClassificationOutput, InferenceStep, Learner, LearningComponentsTypes, SupervisedTraining,
+    TrainOutput, TrainStep,
 };
-use burn_spill::SpillBackend;
+use burn_spill::{SpillBackend, SpillConfig, WithSpillSteps};
 use small_models::*;
 
 type Plain = Autodiff<Flex>;
@@ -133,18 +134,64 @@ impl<B: Backend> InferenceStep for SmallCnn<B> {
 }
 
 /// One epoch of five batches through `SupervisedTraining::launch`; returns the final parameters.
-fn cnn_learner_run<B: AutodiffBackend>(dir: &std::path::Path) -> Vec<TensorData> {
-    cnn_learner_run_with::<B>(dir, 20)
+fn cnn_learner_run<B: Strategy>(dir: &std::path::Path) -> Vec<TensorData> {
+    cnn_learner::<B>(dir, LearnerRun::epoch_of(20), false)
 }
 
-/// One epoch over `items` items in batches of 4.
-fn cnn_learner_run_with<B: AutodiffBackend>(
-    dir: &std::path::Path,
+/// How a `Learner` run is set up: the training items (batches of 4), epochs, accumulation.
+#[derive(Clone, Copy, Debug)]
+struct LearnerRun {
     items: usize,
-) -> Vec<TensorData> {
+    epochs: usize,
+    accumulation: Option<usize>,
+}
+
+impl LearnerRun {
+    fn epoch_of(items: usize) -> Self {
+        Self {
+            items,
+            epochs: 1,
+            accumulation: None,
+        }
+    }
+}
+
+/// A backend the tests train on, and how its `SupervisedTraining` is set up.
+trait Strategy: AutodiffBackend {
+    /// Installs burn-spill's marked strategy when `marked` (plain Flex has none to install).
+    fn install<LC>(training: SupervisedTraining<LC>, marked: bool) -> SupervisedTraining<LC>
+    where
+        LC: LearningComponentsTypes<Backend = Self> + 'static;
+}
+
+impl Strategy for Plain {
+    fn install<LC>(training: SupervisedTraining<LC>, _marked: bool) -> SupervisedTraining<LC>
+    where
+        LC: LearningComponentsTypes<Backend = Self> + 'static,
+    {
+        training
+    }
+}
+
+impl Strategy for Spilled {
+    fn install<LC>(training: SupervisedTraining<LC>, marked: bool) -> SupervisedTraining<LC>
+    where
+        LC: LearningComponentsTypes<Backend = Self> + 'static,
+    {
+        if marked {
+            training.with_spill_steps()
+        } else {
+            training
+        }
+    }
+}
+
+/// Trains the CNN through `SupervisedTraining::launch` (validating on 4 items after each
+/// epoch); returns the final parameters.
+fn cnn_learner<B: Strategy>(dir: &std::path::Path, run: LearnerRun, marked: bool) -> Vec<TensorData> {
     let device = B::Device::default();
     B::seed(&device, 3);
-    let items: Vec<_> = (0..items).map(|seed| SeedItem { seed }).collect();
+    let items: Vec<_> = (0..run.items).map(|seed| SeedItem { seed }).collect();
     let train = DataLoaderBuilder::new(CnnBatcher)
         .batch_size(4)
         .build(InMemDataset::new(items.clone()));
@@ -153,9 +200,13 @@ fn cnn_learner_run_with<B: AutodiffBackend>(
         .build(InMemDataset::new(items[..4].to_vec()));
     let model = SmallCnn::<B>::new(&device);
     let learner = Learner::new(model, AdamConfig::new().init(), 1e-2);
-    let result = SupervisedTraining::new(dir, Arc::clone(&train), valid)
-        .num_epochs(1)
-        .launch(learner);
+    let mut training = SupervisedTraining::new(dir, Arc::clone(&train), valid)
+        .num_epochs(run.epochs)
+        .with_application_logger(None);
+    if let Some(n) = run.accumulation {
+        training = training.grads_accumulation(n);
+    }
+    let result = B::install(training, marked).launch(learner);
     parameter_data(&result.model)
 }
 
@@ -259,7 +310,7 @@ fn learner_steps_are_found_without_markers() {
     let device = Default::default();
     SpillBackend::<Flex>::record_tape(&device, true);
     let dir = tempfile::tempdir().unwrap();
-    let _ = cnn_learner_run_with::<Spilled>(dir.path(), 48);
+    let _ = cnn_learner::<Spilled>(dir.path(), LearnerRun::epoch_of(48), false);
     let counters = SpillBackend::<Flex>::tape_counters(&device);
     let tape = SpillBackend::<Flex>::last_step(&device);
     SpillBackend::<Flex>::record_tape(&device, false);
@@ -287,4 +338,89 @@ fn learner_steps_are_found_without_markers() {
         "{names:?}"
     );
     assert!(count("float_sqrt") > 0, "Adam's update is in the step");
+}
+
+/// burn-spill's strategy marks every step of a `Learner` run exactly: two epochs of five
+/// batches are ten steps, each one whole training step (batch, forward, backward, Adam), the
+/// last one closed, and validation in none of them. On an unconfigured device nothing moves,
+/// and the model trains exactly as under burn-train's own loop.
+#[test]
+fn learner_with_spill_steps_marks_every_step() {
+    let _rng = rng_lock();
+    let device = Default::default();
+    let dir = tempfile::tempdir().unwrap();
+    let run = LearnerRun {
+        epochs: 2,
+        ..LearnerRun::epoch_of(20)
+    };
+    let plain = cnn_learner::<Plain>(&dir.path().join("plain"), run, true);
+    let before = SpillBackend::<Flex>::tape_counters(&device);
+    let moved_before = SpillBackend::<Flex>::stats(&device).device_to_host.count;
+    let spilled = cnn_learner::<Spilled>(&dir.path().join("spilled"), run, true);
+    let after = SpillBackend::<Flex>::tape_counters(&device);
+    let tape = SpillBackend::<Flex>::last_step(&device).expect("a marked step was recorded");
+    SpillBackend::<Flex>::record_tape(&device, false);
+    assert_params_identical(&plain, &spilled);
+    assert_eq!(after.steps - before.steps, 10, "{before:?} then {after:?}");
+    assert_eq!(
+        SpillBackend::<Flex>::stats(&device).device_to_host.count,
+        moved_before,
+        "an unconfigured device moves nothing"
+    );
+    assert!(tape.marked);
+    let names: Vec<&str> = tape.ops.iter().map(|o| o.name.as_str()).collect();
+    let count = |op: &str| names.iter().filter(|n| **n == op).count();
+    assert_eq!(count("int_from_data"), 1, "one batch per step: {names:?}");
+    // Forward twice (output and loss), backward once: no validation forward in the step.
+    assert!(count("conv2d") > 0);
+    assert_eq!(count("conv2d"), 2 * count("conv2d_weight_backward"), "{names:?}");
+    assert!(count("float_sqrt") > 0, "Adam's update is in the step");
+}
+
+/// With burn-train's gradient accumulation (4 batches per optimizer step) under a budget of
+/// 30% of the peak, the marked strategy trains bit-identically to plain Flex under burn-train's
+/// own loop, a step being the four batches of one optimizer step.
+#[test]
+fn learner_with_spill_steps_and_accumulation_is_bit_identical_at_30_percent() {
+    let _rng = rng_lock();
+    let device = Default::default();
+    let dir = tempfile::tempdir().unwrap();
+    let run = LearnerRun {
+        items: 32,
+        epochs: 2,
+        accumulation: Some(4),
+    };
+    let plain = cnn_learner::<Plain>(&dir.path().join("plain"), run, true);
+    SpillBackend::<Flex>::configure(&device, SpillConfig::default()).unwrap();
+    SpillBackend::<Flex>::reset_peaks(&device);
+    let unlimited = cnn_learner::<Spilled>(&dir.path().join("unlimited"), run, true);
+    assert_params_identical(&plain, &unlimited);
+    let budget = SpillBackend::<Flex>::stats(&device).peak.device * 3 / 10;
+
+    let _unconfigure = Unconfigure;
+    SpillBackend::<Flex>::configure(&device, SpillConfig::default().device_budget_bytes(budget))
+        .unwrap();
+    let before = SpillBackend::<Flex>::stats(&device);
+    let steps_before = SpillBackend::<Flex>::tape_counters(&device).steps;
+    let spilled = cnn_learner::<Spilled>(&dir.path().join("spilled"), run, true);
+    let after = SpillBackend::<Flex>::stats(&device);
+    let steps = SpillBackend::<Flex>::tape_counters(&device).steps - steps_before;
+    SpillBackend::<Flex>::record_tape(&device, false);
+    assert_params_identical(&plain, &spilled);
+    assert!(
+        after.device_to_host.bytes > before.device_to_host.bytes,
+        "the budget of {budget} B made it spill"
+    );
+    // 8 batches an epoch, 4 per optimizer step.
+    assert_eq!(steps, 4);
+}
+
+/// Puts the device back to unlimited when a test that configured it ends, passed or failed.
+struct Unconfigure;
+
+impl Drop for Unconfigure {
+    fn drop(&mut self) {
+        let device = Default::default();
+        SpillBackend::<Flex>::configure(&device, SpillConfig::default()).unwrap();
+    }
 }

@@ -6,7 +6,8 @@
 //!    step and its losses and final parameters are the oracle; otherwise a few steps suffice);
 //! 2. a short unlimited run through `SpillBackend`, which only counts bytes, to measure the plain
 //!    peak (`B` cannot report its memory use, and a budget such as `30%` is relative to it);
-//! 3. spilled, under the budget, with step markers for the tape when a plot or trace is wanted.
+//! 3. spilled, under the budget, with step markers for the tape when a plot or trace is wanted
+//!    (or always, where the workload's loop marks its steps itself).
 
 use std::sync::Arc;
 
@@ -42,6 +43,24 @@ pub trait Workload {
         steps: usize,
         log: &StepLog,
     ) -> Vec<TensorData>;
+
+    /// [`train`](Self::train) on `Autodiff<SpillBackend<B>>`: a workload whose loop marks every
+    /// step for the tape itself trains here with its markers, and says so in
+    /// [`marks_steps`](Self::marks_steps).
+    fn train_spilled<B: Backend>(
+        &self,
+        device: &B::Device,
+        steps: usize,
+        log: &StepLog,
+    ) -> Vec<TensorData> {
+        self.train::<Autodiff<SpillBackend<B>>>(device, steps, log)
+    }
+
+    /// Whether [`train_spilled`](Self::train_spilled) marks the steps itself (the experiment
+    /// then adds no markers of its own).
+    fn marks_steps(&self) -> bool {
+        false
+    }
 }
 
 /// Where the plain and spilled runs agreed.
@@ -156,15 +175,14 @@ impl<W: Workload> BackendTask for Experiment<'_, W> {
         let resident = device.clone();
         let mut spilled_log = StepLog::new("spilled", steps)
             .resident(move || Some(SpillBackend::<B>::stats(&resident).resident.device));
-        if args.wants_tape() {
+        if args.wants_tape() && !workload.marks_steps() {
             // Marked steps are recorded exactly; without the markers the tape stays off and the
             // spilled step time carries no recording cost.
             spilled_log = spilled_log
                 .on_step_begin(move || SpillBackend::<B>::step_begin(&marker))
                 .on_run_end(move || SpillBackend::<B>::step_end(&end_marker));
         }
-        let spilled_params =
-            workload.train::<Autodiff<SpillBackend<B>>>(&device, steps, &spilled_log);
+        let spilled_params = workload.train_spilled::<B>(&device, steps, &spilled_log);
         let spilled = spilled_log.finish();
         let stats = SpillBackend::<B>::stats(&device);
         let tape = SpillBackend::<B>::last_step(&device);

@@ -3,7 +3,9 @@
 //! - the batcher runs on the training thread as each step begins, so it marks step starts;
 //! - a metric sees every step's loss, synced to the CPU bit for bit, and logs it;
 //! - the Learner's own terminal renderer is replaced by one that draws nothing, because the
-//!   step log's progress bar already shows the loss, the step time and the resident bytes.
+//!   step log's progress bar already shows the loss, the step time and the resident bytes;
+//! - the spilled run trains under burn-spill's strategy (`.with_spill_steps()`), which marks
+//!   every step for the tape; the plain run under burn-train's own loop.
 
 use std::sync::Arc;
 
@@ -11,7 +13,8 @@ use burn::backend::Flex;
 use burn::data::dataloader::DataLoaderBuilder;
 use burn::data::dataloader::batcher::Batcher;
 use burn::data::dataset::InMemDataset;
-use burn::optim::AdamConfig;
+use burn::optim::adaptor::OptimizerAdaptor;
+use burn::optim::{Adam, AdamConfig};
 use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::{Int, Tensor, TensorData};
 use burn::train::logger::InMemoryMetricLogger;
@@ -21,8 +24,10 @@ use burn::train::renderer::{
     MetricsRendererTraining, ProgressType, TrainingProgress,
 };
 use burn::train::{
-    ClassificationOutput, InferenceStep, Learner, SupervisedTraining, TrainOutput, TrainStep,
+    ClassificationOutput, InferenceStep, Learner, LearningComponentsMarker, SupervisedTraining,
+    TrainOutput, TrainStep,
 };
+use burn_spill::{SpillSteps, WithSpillSteps};
 
 use super::resnet_model::{ResNet, ResNetConfig};
 use super::step_log::StepLog;
@@ -132,8 +137,11 @@ impl MetricsRenderer for QuietRenderer {
     fn register_metric(&mut self, _definition: burn::train::metric::MetricDefinition) {}
 }
 
+/// What the ResNet's `Learner` is made of: backend, learning rate, model, optimizer.
+type ResNetComponents<A> = LearningComponentsMarker<A, f64, ResNet<A>, OptimizerAdaptor<Adam, ResNet<A>, A>>;
+
 /// Trains the ResNet for one epoch of `steps` batches of `batch` images with Adam through
-/// `SupervisedTraining::launch`, and returns the final parameters.
+/// `SupervisedTraining::launch` under burn-train's own loop, and returns the final parameters.
 pub fn train_resnet<A: AutodiffBackend>(
     config: &ResNetConfig,
     task: &ImageTask,
@@ -142,6 +150,37 @@ pub fn train_resnet<A: AutodiffBackend>(
     device: &A::Device,
     log: &StepLog,
 ) -> Vec<TensorData> {
+    let (training, learner, _dir) = resnet_training::<A>(config, task, batch, steps, device, log);
+    parameter_data(&training.launch(learner).model)
+}
+
+/// [`train_resnet`] under burn-spill's strategy, which marks every step for the tape.
+pub fn train_resnet_marked<A: AutodiffBackend + SpillSteps>(
+    config: &ResNetConfig,
+    task: &ImageTask,
+    batch: usize,
+    steps: usize,
+    device: &A::Device,
+    log: &StepLog,
+) -> Vec<TensorData> {
+    let (training, learner, _dir) = resnet_training::<A>(config, task, batch, steps, device, log);
+    parameter_data(&training.with_spill_steps().launch(learner).model)
+}
+
+/// The seeded model, the data and the training set-up, ready to launch (with the directory
+/// the Learner writes nothing to, which must outlive the run).
+fn resnet_training<A: AutodiffBackend>(
+    config: &ResNetConfig,
+    task: &ImageTask,
+    batch: usize,
+    steps: usize,
+    device: &A::Device,
+    log: &StepLog,
+) -> (
+    SupervisedTraining<ResNetComponents<A>>,
+    Learner<ResNetComponents<A>>,
+    tempfile::TempDir,
+) {
     // Seed before the model is built: initial weights draw from the backend's generator.
     A::seed(device, task.seed);
     let model = config.init::<A>(device);
@@ -162,7 +201,7 @@ pub fn train_resnet<A: AutodiffBackend>(
     // (no file checkpointer, in-memory metric log, no application logger).
     let dir = tempfile::tempdir().expect("a temporary directory for the Learner");
     let learner = Learner::new(model, AdamConfig::new().init(), RESNET_LR);
-    let result = SupervisedTraining::new(dir.path(), train, valid)
+    let training = SupervisedTraining::new(dir.path(), train, valid)
         .num_epochs(1)
         .with_application_logger(None)
         .with_metric_logger(InMemoryMetricLogger::new())
@@ -170,7 +209,6 @@ pub fn train_resnet<A: AutodiffBackend>(
         .metric_train(LossToLog {
             log: log.clone(),
             name: Arc::new("exact loss".into()),
-        })
-        .launch(learner);
-    parameter_data(&result.model)
+        });
+    (training, learner, dir)
 }

@@ -7,6 +7,7 @@ pub(crate) mod device;
 pub(crate) mod forward;
 mod host;
 mod layout;
+pub(crate) mod learner;
 pub(crate) mod op_scope;
 mod ops;
 pub(crate) mod queues;
