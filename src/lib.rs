@@ -24,8 +24,8 @@ mod policy;
 mod stats;
 mod tape;
 
+pub use backend::learner::{SpillSteps, SpillStrategy, WithSpillSteps};
 pub use backend::tensor::{SpillTensor, TensorKind};
-pub use backend::learner::{SpillStrategy, SpillSteps, WithSpillSteps};
 pub use backend::{SpillBackend, StepGuard};
 pub use config::{
     DeviceBudget, ENV_BUDGET, ENV_DIR, ENV_HOST_LIMIT, ENV_POLICY, ENV_PRESET, Preset, SpillConfig,

@@ -2,123 +2,21 @@
 //! Transformer, 5 Adam steps each, bit-identical to plain Flex, with the device peak held to the
 //! budget except for ops that alone need more than it (counted and bounded).
 
+#[path = "budgeted/mod.rs"]
+mod budgeted;
 mod common;
 #[path = "../examples/common/small_models.rs"]
 mod small_models;
 
+use budgeted::{Trainer, accumulating_cnn, assert_identical, at_30_percent, cnn, gpt};
+use burn::backend::autodiff::checkpoint::strategy::BalancedCheckpointing;
 use burn::backend::{Autodiff, Flex};
-use burn::tensor::TensorData;
-use burn_spill::{SpillBackend, SpillConfig, SpillStats};
+use burn_spill::{SpillBackend, SpillConfig};
 use common::ExclusiveDevice;
 use small_models::*;
 
 type Plain = Autodiff<Flex>;
 type Spilled = Autodiff<SpillBackend<Flex>>;
-
-fn assert_identical(plain: &TrainRun, spilled: &TrainRun) {
-    let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
-    assert_eq!(bits(&plain.losses), bits(&spilled.losses), "losses differ");
-    assert_eq!(plain.parameters.len(), spilled.parameters.len());
-    for (i, (p, s)) in plain.parameters.iter().zip(&spilled.parameters).enumerate() {
-        let same = |a: &TensorData, b: &TensorData| {
-            a.dtype == b.dtype && a.shape == b.shape && a.as_bytes() == b.as_bytes()
-        };
-        assert!(same(p, s), "parameter {i} differs");
-    }
-}
-
-type Trainer = fn(&burn::tensor::Device<Flex>, usize, usize, &mut dyn FnMut(usize)) -> TrainRun;
-
-fn cnn<B: burn::tensor::backend::AutodiffBackend>(
-    device: &B::Device,
-    steps: usize,
-    batch: usize,
-    after: &mut dyn FnMut(usize),
-) -> TrainRun {
-    train_cnn_observed::<B>(device, steps, batch, after)
-}
-
-fn gpt<B: burn::tensor::backend::AutodiffBackend>(
-    device: &B::Device,
-    steps: usize,
-    batch: usize,
-    after: &mut dyn FnMut(usize),
-) -> TrainRun {
-    train_gpt_observed::<B>(device, steps, batch, after)
-}
-
-/// Trains plain, measures the spilled run's unlimited device peak, then trains at 30% of it
-/// (host tier unlimited, or capped at `host_limit`) and checks results and the peak.
-fn at_30_percent(
-    plain: Trainer,
-    spilled: Trainer,
-    batch: usize,
-    host_limit: Option<u64>,
-) -> SpillStats {
-    let _device = ExclusiveDevice::take();
-    let device = Default::default();
-    let reference = plain(&device, 5, batch, &mut |_| {});
-
-    SpillBackend::<Flex>::configure(&device, SpillConfig::default()).unwrap();
-    let unlimited = spilled(&device, 5, batch, &mut |_| {});
-    assert_identical(&reference, &unlimited);
-    let plain_peak = SpillBackend::<Flex>::stats(&device).peak.device;
-    let budget = plain_peak * 3 / 10;
-
-    let mut config = SpillConfig::default().device_budget_bytes(budget);
-    if let Some(limit) = host_limit {
-        config = config.host_limit_bytes(limit);
-    }
-    SpillBackend::<Flex>::configure(&device, config).unwrap();
-    let before = SpillBackend::<Flex>::stats(&device);
-    let mut after_warmup = None;
-    let run = spilled(&device, 5, batch, &mut |step| {
-        if step == 0 {
-            // The first step teaches the engine each op's output size; measure the rest.
-            SpillBackend::<Flex>::reset_peaks(&device);
-            after_warmup = Some(SpillBackend::<Flex>::stats(&device));
-        }
-    });
-    let stats = SpillBackend::<Flex>::stats(&device);
-    let warm = after_warmup.expect("the first step ran");
-    eprintln!(
-        "plain peak {plain_peak} B, budget {budget} B, spilled peak {} B, over-budget ops {} (largest {} B), unevictable now {} B, \
-         estimate misses {} (after warm-up {}), moved d->h {} / h->d {} / h->disk {} / disk->d {}",
-        stats.peak.device,
-        stats.over_budget_ops - before.over_budget_ops,
-        stats.largest_over_budget_op_bytes,
-        stats.unevictable_device_bytes,
-        stats.estimate_misses - before.estimate_misses,
-        stats.estimate_misses - warm.estimate_misses,
-        stats.device_to_host.count - before.device_to_host.count,
-        stats.host_to_device.count - before.host_to_device.count,
-        stats.host_to_disk.count - before.host_to_disk.count,
-        stats.disk_to_device.count - before.disk_to_device.count,
-    );
-
-    assert_identical(&reference, &run);
-    assert!(
-        stats.device_to_host.count > before.device_to_host.count,
-        "nothing was spilled"
-    );
-    assert!(
-        stats.host_to_device.count + stats.disk_to_device.count
-            > before.host_to_device.count + before.disk_to_device.count,
-        "nothing was restored"
-    );
-    assert_eq!(
-        stats.estimate_misses, warm.estimate_misses,
-        "after the warm-up step every op's output size is known"
-    );
-    let allowed = budget.max(stats.largest_over_budget_op_bytes);
-    assert!(
-        stats.peak.device <= allowed,
-        "device peak {} above the budget {budget} and above the largest over-budget op ({} B)",
-        stats.peak.device,
-        stats.largest_over_budget_op_bytes
-    );
-    stats
-}
 
 #[test]
 fn cnn_trains_identically_at_30_percent_of_its_peak() {
@@ -128,6 +26,39 @@ fn cnn_trains_identically_at_30_percent_of_its_peak() {
 #[test]
 fn transformer_trains_identically_at_30_percent_of_its_peak() {
     at_30_percent(gpt::<Plain>, gpt::<Spilled>, 4, None);
+}
+
+/// Burn's own gradient checkpointing under burn-spill: `Autodiff<SpillBackend<Flex>,
+/// BalancedCheckpointing>` against `Autodiff<Flex, BalancedCheckpointing>`.
+type PlainCheckpointed = Autodiff<Flex, BalancedCheckpointing>;
+type SpilledCheckpointed = Autodiff<SpillBackend<Flex>, BalancedCheckpointing>;
+
+#[test]
+fn cnn_with_balanced_checkpointing_trains_identically_at_30_percent() {
+    at_30_percent(
+        cnn::<PlainCheckpointed>,
+        cnn::<SpilledCheckpointed>,
+        8,
+        None,
+    );
+}
+
+#[test]
+fn transformer_with_balanced_checkpointing_trains_identically_at_30_percent() {
+    at_30_percent(
+        gpt::<PlainCheckpointed>,
+        gpt::<SpilledCheckpointed>,
+        4,
+        None,
+    );
+}
+
+/// Gradient accumulation in a custom loop: 4 micro-batches per Adam step, their gradients
+/// held (and spilled) across the micro-batches by burn-optim's `GradientsAccumulator`.
+#[test]
+fn cnn_with_gradient_accumulation_trains_identically_at_30_percent() {
+    let plain: Trainer = accumulating_cnn::<Plain>;
+    at_30_percent(plain, accumulating_cnn::<Spilled>, 4, None);
 }
 
 #[test]

@@ -188,7 +188,11 @@ impl Strategy for Spilled {
 
 /// Trains the CNN through `SupervisedTraining::launch` (validating on 4 items after each
 /// epoch); returns the final parameters.
-fn cnn_learner<B: Strategy>(dir: &std::path::Path, run: LearnerRun, marked: bool) -> Vec<TensorData> {
+fn cnn_learner<B: Strategy>(
+    dir: &std::path::Path,
+    run: LearnerRun,
+    marked: bool,
+) -> Vec<TensorData> {
     let device = B::Device::default();
     B::seed(&device, 3);
     let items: Vec<_> = (0..run.items).map(|seed| SeedItem { seed }).collect();
@@ -373,7 +377,11 @@ fn learner_with_spill_steps_marks_every_step() {
     assert_eq!(count("int_from_data"), 1, "one batch per step: {names:?}");
     // Forward twice (output and loss), backward once: no validation forward in the step.
     assert!(count("conv2d") > 0);
-    assert_eq!(count("conv2d"), 2 * count("conv2d_weight_backward"), "{names:?}");
+    assert_eq!(
+        count("conv2d"),
+        2 * count("conv2d_weight_backward"),
+        "{names:?}"
+    );
     assert!(count("float_sqrt") > 0, "Adam's update is in the step");
 }
 

@@ -138,7 +138,8 @@ impl MetricsRenderer for QuietRenderer {
 }
 
 /// What the ResNet's `Learner` is made of: backend, learning rate, model, optimizer.
-type ResNetComponents<A> = LearningComponentsMarker<A, f64, ResNet<A>, OptimizerAdaptor<Adam, ResNet<A>, A>>;
+type ResNetComponents<A> =
+    LearningComponentsMarker<A, f64, ResNet<A>, OptimizerAdaptor<Adam, ResNet<A>, A>>;
 
 /// Trains the ResNet for one epoch of `steps` batches of `batch` images with Adam through
 /// `SupervisedTraining::launch` under burn-train's own loop, and returns the final parameters.

@@ -16,7 +16,7 @@ use burn::nn::{
     BatchNorm, BatchNormConfig, Embedding, EmbeddingConfig, Linear, LinearConfig, PaddingConfig2d,
     Relu,
 };
-use burn::optim::{AdamConfig, GradientsParams, Optimizer};
+use burn::optim::{AdamConfig, GradientsAccumulator, GradientsParams, Optimizer};
 use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::{Int, Tensor, TensorData};
 
@@ -223,6 +223,36 @@ pub fn train_cnn_observed<B: AutodiffBackend>(
         losses.push(loss.clone().into_scalar().elem());
         let grads = GradientsParams::from_grads(loss.backward(), &model);
         model = optim.step(1e-2, model, grads);
+        after_step(step);
+    }
+    TrainRun {
+        losses,
+        parameters: parameter_data(&model),
+    }
+}
+
+/// [`train_cnn_observed`] with `micro_batches` batches per optimizer step, their gradients
+/// summed by burn-optim's `GradientsAccumulator` (the losses of every micro-batch are kept).
+pub fn train_cnn_accumulating<B: AutodiffBackend>(
+    device: &B::Device,
+    steps: usize,
+    batch: usize,
+    micro_batches: usize,
+    mut after_step: impl FnMut(usize),
+) -> TrainRun {
+    B::seed(device, 7);
+    let mut model = SmallCnn::<B>::new(device);
+    let mut optim = AdamConfig::new().init();
+    let mut losses = Vec::with_capacity(steps * micro_batches);
+    for step in 0..steps {
+        let mut accumulator = GradientsAccumulator::new();
+        for micro in 0..micro_batches {
+            let (images, labels) = cnn_batch::<B>(batch, step * micro_batches + micro, device);
+            let loss = model.loss(images, labels);
+            losses.push(loss.clone().into_scalar().elem());
+            accumulator.accumulate(&model, GradientsParams::from_grads(loss.backward(), &model));
+        }
+        model = optim.step(1e-2, model, accumulator.grads());
         after_step(step);
     }
     TrainRun {

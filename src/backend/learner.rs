@@ -15,13 +15,13 @@ use burn::backend::autodiff::checkpoint::strategy::CheckpointStrategy;
 use burn::data::dataloader::Progress;
 use burn::module::{AutodiffModule, Module};
 use burn::optim::GradientsAccumulator;
+use burn::tensor::Device;
 use burn::train::{
     EventProcessorTraining, InferenceStep, Learner, LearnerEvent, LearningComponentsTypes,
     SupervisedLearningStrategy, SupervisedTraining, SupervisedTrainingEventProcessor, TrainLoader,
     TrainingBackend, TrainingComponents, TrainingItem, TrainingModel, TrainingStrategy,
     ValidLoader,
 };
-use burn::tensor::Device;
 use burn_backend::Backend;
 
 use super::SpillBackend;
@@ -113,7 +113,9 @@ where
     TrainingBackend<LC>: SpillSteps,
 {
     fn with_spill_steps(self) -> Self {
-        self.with_training_strategy(TrainingStrategy::Custom(Arc::new(SpillStrategy::<LC>::new())))
+        self.with_training_strategy(TrainingStrategy::Custom(Arc::new(
+            SpillStrategy::<LC>::new(),
+        )))
     }
 }
 
