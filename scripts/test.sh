@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# The test command: the whole suite on Flex and on wgpu (CubeCL, unfused and fused). Without a
-# GPU, wgpu runs on Mesa's lavapipe Vulkan driver (on the CPU); it is installed here, by package
-# name, when no Vulkan driver is present. Extra arguments go to `cargo test`.
+# The test command: the whole suite on Flex and on wgpu (CubeCL, unfused and fused), with the
+# data-parallel test over burn-collective. Without a GPU, wgpu runs on Mesa's lavapipe Vulkan
+# driver (on the CPU); it is installed here, by package name, when no Vulkan driver is present.
+# Extra arguments go to `cargo test`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -22,4 +23,4 @@ if ! have_vulkan; then
     fi
 fi
 
-cargo test --features wgpu,fusion "$@"
+cargo test --features wgpu,fusion,collective "$@"
