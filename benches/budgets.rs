@@ -1,6 +1,8 @@
 //! Training-step time through `SpillBackend` at budgets of 100%, 75%, 50% and 30% of the plain
 //! peak, against the plain backend, for the examples' ResNet-18 and GPT, measured in one run.
-//! Prints a markdown table of the spilled / plain ratios at the end.
+//! Prints a markdown table of the spilled / plain ratios at the end, then the composition
+//! table (`budgets/composition.rs`): Burn's gradient checkpointing, burn-spill and both at the
+//! same peak, gradient accumulation, and bf16 and f16 (each in a child process).
 //!
 //! ```text
 //! cargo bench --bench budgets            # Flex, CPU-sized models, about two minutes
@@ -20,6 +22,8 @@
 
 #[path = "../examples/common/mod.rs"]
 mod common;
+#[path = "budgets/composition.rs"]
+mod composition;
 
 use std::time::{Duration, Instant};
 
@@ -32,6 +36,7 @@ use common::report::bytes;
 use common::resnet_model::ResNetConfig;
 use common::synthetic::{ImageTask, SequenceTask};
 use common::trainers::{GptTrainer, ResNetTrainer, Trained, Trainer};
+use composition::{CompositionRow, Rounds};
 use criterion::Criterion;
 
 const BUDGETS_PERCENT: [u64; 4] = [100, 75, 50, 30];
@@ -109,16 +114,24 @@ impl Model {
     }
 
     fn trainer<A: AutodiffBackend>(&self, device: &A::Device) -> Box<dyn Stepper> {
+        self.accumulating_trainer::<A>(device, 1)
+    }
+
+    /// A trainer whose optimizer step sums the gradients of `micro_batches` batches.
+    fn accumulating_trainer<A: AutodiffBackend>(
+        &self,
+        device: &A::Device,
+        micro_batches: usize,
+    ) -> Box<dyn Stepper> {
         match self {
-            Model::ResNet(config, task, batch) => Box::new(ResNetTrainer::<A>::new(
-                config,
-                task.clone(),
-                *batch,
-                device,
-            )),
-            Model::Gpt(config, task, batch) => {
-                Box::new(GptTrainer::<A>::new(config, task.clone(), *batch, device))
-            }
+            Model::ResNet(config, task, batch) => Box::new(
+                ResNetTrainer::<A>::new(config, task.clone(), *batch, device)
+                    .accumulating(micro_batches),
+            ),
+            Model::Gpt(config, task, batch) => Box::new(
+                GptTrainer::<A>::new(config, task.clone(), *batch, device)
+                    .accumulating(micro_batches),
+            ),
         }
     }
 }
@@ -178,10 +191,11 @@ struct Suite<'a> {
 }
 
 impl BackendTask for Suite<'_> {
-    type Output = Vec<Row>;
+    type Output = (Vec<Row>, Vec<CompositionRow>);
 
-    fn run<B: Backend>(self, device: B::Device) -> Vec<Row> {
+    fn run<B: Backend>(self, device: B::Device) -> Self::Output {
         let mut rows = Vec::new();
+        let mut composed = Vec::new();
         for (name, model) in Model::suite(self.large) {
             let configure = |config: SpillConfig| {
                 SpillBackend::<B>::configure(&device, config).expect("a valid bench config")
@@ -226,9 +240,45 @@ impl BackendTask for Suite<'_> {
                 });
             }
             drop(spilled);
+            drop(plain);
             configure(SpillConfig::default());
+            composed.extend(composition::rows::<B>(&device, name, &model, self.rounds()));
         }
-        rows
+        (rows, composed)
+    }
+}
+
+impl Suite<'_> {
+    fn rounds(&self) -> Rounds {
+        Rounds {
+            paired: self.rounds,
+            warmup: self.warmup,
+        }
+    }
+}
+
+/// The composition rows in one half-precision dtype: what a child process measures.
+struct DtypeSuite {
+    dtype: burn::tensor::FloatDType,
+    large: bool,
+    rounds: Rounds,
+}
+
+impl BackendTask for DtypeSuite {
+    type Output = Vec<CompositionRow>;
+
+    fn run<B: Backend>(self, device: B::Device) -> Vec<CompositionRow> {
+        // Before any tensor of this process: the device's default dtype is fixed at first use.
+        if let Err(e) = burn::tensor::backend::set_default_float_dtype::<B>(&device, self.dtype) {
+            eprintln!("error: {:?} on this backend: {e:?}", self.dtype);
+            std::process::exit(1);
+        }
+        Model::suite(self.large)
+            .iter()
+            .flat_map(|(name, model)| {
+                composition::dtype_rows::<B>(&device, name, model, self.dtype, self.rounds)
+            })
+            .collect()
     }
 }
 
@@ -250,21 +300,45 @@ fn main() {
             std::process::exit(2)
         }
     };
+    let rounds = Rounds {
+        paired: if test_mode { 1 } else { 21 },
+        warmup: if test_mode { 0 } else { 2 },
+    };
+    if let Ok(dtype) = std::env::var(composition::DTYPE_VAR) {
+        let dtype = composition::parse_dtype(&dtype).unwrap_or_else(|e| {
+            eprintln!("error: {}: {e}", composition::DTYPE_VAR);
+            std::process::exit(2)
+        });
+        let rows = run_on(
+            backend,
+            None,
+            DtypeSuite {
+                dtype,
+                large,
+                rounds,
+            },
+        );
+        composition::print_for_parent(&rows);
+        return;
+    }
     let mut criterion = Criterion::default()
         .configure_from_args()
         .sample_size(10)
         .warm_up_time(Duration::from_millis(300))
         .measurement_time(Duration::from_secs(2));
-    let rows = run_on(
+    let (rows, mut composed) = run_on(
         backend,
         None,
         Suite {
             criterion: &mut criterion,
             large,
-            rounds: if test_mode { 1 } else { 21 },
-            warmup: if test_mode { 0 } else { 2 },
+            rounds: rounds.paired,
+            warmup: rounds.warmup,
         },
     );
+    for dtype in ["bf16", "f16"] {
+        composed.extend(composition::rows_of_child(dtype));
+    }
     criterion.final_summary();
 
     println!(
@@ -288,4 +362,5 @@ fn main() {
             r.criterion_ratio.map_or("-".into(), |x| format!("{x:.3}")),
         );
     }
+    composition::print_table(&composed);
 }

@@ -4,7 +4,7 @@
 
 use burn::module::AutodiffModule;
 use burn::optim::adaptor::OptimizerAdaptor;
-use burn::optim::{Adam, AdamConfig, GradientsParams, Optimizer};
+use burn::optim::{Adam, AdamConfig, GradientsAccumulator, GradientsParams, Optimizer};
 use burn::tensor::backend::AutodiffBackend;
 use burn::tensor::{ElementConversion, Tensor, TensorData};
 
@@ -66,6 +66,8 @@ pub struct Trainer<A: AutodiffBackend, M: Trained<A>> {
     optim: OptimizerAdaptor<Adam, M, A>,
     task: M::Task,
     batch: usize,
+    /// Batches whose gradients one optimizer step sums (1: no accumulation).
+    micro_batches: usize,
     step: u64,
     device: A::Device,
 }
@@ -86,25 +88,49 @@ impl<A: AutodiffBackend, M: Trained<A>> Trainer<A, M> {
             optim: AdamConfig::new().init(),
             task,
             batch,
+            micro_batches: 1,
             step: 0,
             device: device.clone(),
         }
     }
 
-    /// One training step on the next batch; returns its loss.
+    /// Sums the gradients of `micro_batches` batches (burn-optim's `GradientsAccumulator`)
+    /// before each optimizer step.
+    pub fn accumulating(mut self, micro_batches: usize) -> Self {
+        self.micro_batches = micro_batches.max(1);
+        self
+    }
+
+    /// One training step on the next batch (or the next `micro_batches` batches); returns the
+    /// last batch's loss.
     pub fn step(&mut self) -> f32 {
         let model = self
             .model
             .take()
             .expect("the model is put back after every step");
-        let loss = model.loss_on(&self.task, &self.next_indices(), &self.device);
-        let grads = GradientsParams::from_grads(loss.backward(), &model);
-        self.model = Some(self.optim.step(M::LEARNING_RATE, model, grads));
-        self.step += 1;
-        loss.into_scalar().elem()
+        if self.micro_batches == 1 {
+            let loss = model.loss_on(&self.task, &self.next_indices(), &self.device);
+            let grads = GradientsParams::from_grads(loss.backward(), &model);
+            self.model = Some(self.optim.step(M::LEARNING_RATE, model, grads));
+            self.step += 1;
+            return loss.into_scalar().elem();
+        }
+        let mut accumulator = GradientsAccumulator::new();
+        let mut last_loss = 0.0;
+        for _ in 0..self.micro_batches {
+            let loss = model.loss_on(&self.task, &self.next_indices(), &self.device);
+            accumulator.accumulate(&model, GradientsParams::from_grads(loss.backward(), &model));
+            self.step += 1;
+            last_loss = loss.into_scalar().elem();
+        }
+        self.model = Some(
+            self.optim
+                .step(M::LEARNING_RATE, model, accumulator.grads()),
+        );
+        last_loss
     }
 
-    /// Step n trains on items n*batch .. (n+1)*batch: every batch is new data.
+    /// Batch n trains on items n*batch .. (n+1)*batch: every batch is new data.
     fn next_indices(&self) -> Vec<u64> {
         let first = self.step * self.batch as u64;
         (first..first + self.batch as u64).collect()
