@@ -1,7 +1,7 @@
 //! The victim policies on real training: for the small CNN and the small Transformer at budgets
 //! of 100/75/50/30% of the plain peak, each policy's step-time ratio against plain Flex and the
 //! bytes it moved per step, in one run; and those bytes against Belady's MIN computed offline on
-//! the same recorded step (`burn_spill::replay`). Prints a markdown table at the end.
+//! the same recorded step (`burn_spill::policy::replay`). Prints a markdown table at the end.
 //!
 //! ```text
 //! cargo bench --bench policies            # about a minute on two cores
@@ -36,7 +36,8 @@ use burn::optim::adaptor::OptimizerAdaptor;
 use burn::optim::{Adam, AdamConfig, GradientsParams, Optimizer};
 use burn::tensor::backend::AutodiffBackend;
 use burn::tensor::{ElementConversion, Tensor};
-use burn_spill::{PolicyKind, SpillBackend, SpillConfig, SpillStats, replay};
+use burn_spill::policy::replay;
+use burn_spill::{PolicyKind, SpillBackend, SpillConfig, SpillStats};
 use criterion::Criterion;
 use small_models::{SmallCnn, TinyGpt, cnn_batch, gpt_batch};
 

@@ -4,9 +4,16 @@
 //! than it needs. `SpillBackend<B>` wraps any Burn 0.21 backend `B`; swap it in under `Autodiff`
 //! and give the device a budget:
 //!
-//! ```ignore
-//! type B = Autodiff<SpillBackend<Cuda>>; // was Autodiff<Cuda>
-//! SpillBackend::<Cuda>::configure(&device, SpillConfig::transformer().device_budget_bytes(20 << 30))?;
+//! ```
+//! use burn::backend::{Autodiff, Flex};
+//! use burn_spill::{SpillBackend, SpillConfig};
+//!
+//! type B = Autodiff<SpillBackend<Flex>>; // was Autodiff<Flex>; the same with Cuda or Wgpu
+//! let device = Default::default();
+//! SpillBackend::<Flex>::configure(&device, SpillConfig::transformer().device_budget_bytes(20 << 30))?;
+//! // ... build the model on `B` and train as before ...
+//! # SpillBackend::<Flex>::configure(&device, SpillConfig::default())?;
+//! # Ok::<(), burn_spill::SpillError>(())
 //! ```
 //!
 //! Every tensor gets its own [`SpillTensor`] handle whose metadata is cached, and every op is
@@ -14,15 +21,22 @@
 //! the op's inputs are brought back to the device and the coldest other tensors are moved to
 //! host memory (and from there, past the host limit, to a spill file) until the op fits the
 //! budget. [`SpillBackend::stats`] tells what moved.
+//!
+//! The root holds what a training loop needs: the backend and its handle, [`SpillConfig`] and
+//! its presets, [`SpillStats`], [`SpillError`], the step markers ([`SpillBackend::step`]) and
+//! burn-train's marked strategy ([`WithSpillSteps`]). The recorded steps and their analysis are
+//! in [`tape`]; the use plan, the victim policies and offline replay in [`policy`].
+
+#![warn(missing_docs)]
 
 mod backend;
 mod config;
 mod engine;
 mod error;
 mod hashing;
-mod policy;
+pub mod policy;
 mod stats;
-mod tape;
+pub mod tape;
 
 pub use backend::learner::{SpillSteps, SpillStrategy, WithSpillSteps};
 pub use backend::tensor::{SpillTensor, TensorKind};
@@ -31,17 +45,7 @@ pub use config::{
     DeviceBudget, ENV_BUDGET, ENV_DIR, ENV_HOST_LIMIT, ENV_POLICY, ENV_PRESET, Preset, SpillConfig,
     parse_bytes,
 };
-pub use engine::PoolUsage;
-pub use engine::{LiveSummary, TensorId, TensorRole, Tier};
+pub use engine::{LiveSummary, PoolUsage, TensorId, TensorRole, Tier};
 pub use error::SpillError;
 pub use policy::PolicyKind;
-pub use policy::plan::{KeyAt, NextUse, PlanKey, UsePlan};
-pub use policy::simulate::{Replay, replay};
-pub use policy::victim::{Bandwidth, Candidate, CostAware, Lru, NextUsePolicy, VictimPolicy};
 pub use stats::{MoveStats, PoolStats, SpillStats, StepStats, TierBytes};
-pub use tape::{
-    CriticalPath, Divergence, DropRecord, Edge, OpRecord, PeakLive, PeriodDetector, Position,
-    Producer, StepAnalysis, StepTape, TAPE_SCHEMA_VERSION, TapeCounters, TapeFormat, TensorLife,
-    TensorRecord, TierSample, from_json, op_signature, positions, render, same_program, to_dot,
-    to_json, to_perfetto, twins, write_file,
-};

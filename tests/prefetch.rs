@@ -11,7 +11,8 @@ use burn::backend::{Autodiff, Flex};
 use burn::optim::{AdamConfig, GradientsParams, Optimizer};
 use burn::tensor::backend::Backend as _;
 use burn::tensor::{ElementConversion, Tensor, TensorData};
-use burn_spill::{PolicyKind, SpillBackend, SpillConfig, SpillStats, replay};
+use burn_spill::policy::replay;
+use burn_spill::{PolicyKind, SpillBackend, SpillConfig, SpillStats};
 use common::ExclusiveDevice;
 use small_models::*;
 

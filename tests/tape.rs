@@ -5,7 +5,8 @@ mod common;
 
 use burn::backend::{Autodiff, Flex};
 use burn::tensor::{Tensor, TensorData};
-use burn_spill::{SpillBackend, SpillConfig, TapeFormat};
+use burn_spill::tape::TapeFormat;
+use burn_spill::{SpillBackend, SpillConfig};
 use common::ExclusiveDevice;
 
 type Spill = SpillBackend<Flex>;
@@ -26,7 +27,7 @@ fn tiny_step(device: &<Flex as burn::tensor::backend::BackendTypes>::Device, row
 /// Records every step in full, runs one marked tiny step and returns its tape.
 fn record_one_tiny_step(
     device: &<Flex as burn::tensor::backend::BackendTypes>::Device,
-) -> std::sync::Arc<burn_spill::StepTape> {
+) -> std::sync::Arc<burn_spill::tape::StepTape> {
     Spill::configure(device, SpillConfig::default().tape_resample_steps(1)).unwrap();
     {
         let _step = Spill::step(device);
@@ -200,7 +201,7 @@ fn the_tape_exports_to_json_dot_and_perfetto() {
     let dir = tempfile::tempdir().unwrap();
     let json = dir.path().join("step.json");
     Spill::export_tape(&device, &json, TapeFormat::Json).unwrap();
-    let back = burn_spill::from_json(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let back = burn_spill::tape::from_json(&std::fs::read_to_string(&json).unwrap()).unwrap();
     assert_eq!(back, *tape, "the JSON round-trips");
     assert_eq!(
         back.tiers.len(),

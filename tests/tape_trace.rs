@@ -47,7 +47,7 @@ fn the_trace_variable_writes_the_last_step_at_exit() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let tape = burn_spill::from_json(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    let tape = burn_spill::tape::from_json(&std::fs::read_to_string(&path).unwrap()).unwrap();
     let names: Vec<&str> = tape.ops.iter().map(|o| o.name.as_str()).collect();
     assert_eq!(names, ["float_from_data", "float_mul", "float_sum"]);
     let dot = std::fs::read_to_string(dir.path().join("trace.json.dot")).unwrap();

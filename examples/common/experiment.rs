@@ -14,9 +14,8 @@ use std::sync::Arc;
 use burn::backend::Autodiff;
 use burn::tensor::TensorData;
 use burn::tensor::backend::{AutodiffBackend, Backend};
-use burn_spill::{
-    PolicyKind, Preset, SpillBackend, SpillConfig, SpillError, SpillStats, StepTape, TapeFormat,
-};
+use burn_spill::tape::{StepTape, TapeFormat};
+use burn_spill::{PolicyKind, Preset, SpillBackend, SpillConfig, SpillError, SpillStats};
 
 use super::backends::BackendTask;
 use super::cli::{SpillArgs, exit_usage};

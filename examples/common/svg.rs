@@ -3,7 +3,7 @@
 
 use std::fmt::Write;
 
-use burn_spill::{StepTape, TierSample};
+use burn_spill::tape::{StepTape, TierSample};
 
 use super::report::bytes;
 

@@ -98,9 +98,18 @@ impl<LC: LearningComponentsTypes> Default for SpillStrategy<LC> {
 
 /// Installs [`SpillStrategy`] on a `SupervisedTraining`:
 ///
-/// ```ignore
-/// use burn_spill::WithSpillSteps;
-/// let result = SupervisedTraining::new(dir, train, valid).with_spill_steps().launch(learner);
+/// ```
+/// use burn::train::{LearningComponentsTypes, SupervisedTraining, TrainingBackend};
+/// use burn_spill::{SpillSteps, WithSpillSteps};
+///
+/// // Where a training is set up: `SupervisedTraining::new(dir, train, valid)...`
+/// fn set_up<LC>(training: SupervisedTraining<LC>) -> SupervisedTraining<LC>
+/// where
+///     LC: LearningComponentsTypes + 'static,
+///     TrainingBackend<LC>: SpillSteps, // Autodiff<SpillBackend<B>>
+/// {
+///     training.num_epochs(10).with_spill_steps()
+/// }
 /// ```
 pub trait WithSpillSteps {
     /// Trains with every step marked for burn-spill's tape.

@@ -1,18 +1,24 @@
-//! Victim choice: which tensor leaves a tier when room is needed, and what comes back early.
+//! Decisions: which tensor leaves a tier when room is needed, and what comes back early.
 //!
-//! - [`plan`]: from a recorded step, when each tensor of the next step is used.
-//! - [`victim`]: the policies (LRU, next use, cost aware) as ranks over candidates.
-//! - [`simulate`]: offline replay of a step under a budget (Belady's MIN for reference).
-//! - [`windows`]: the step in windows of ops, each checked against the measured bandwidth.
-//! - [`pool`]: when the inner allocator's free pages go back to the driver.
+//! - The use plan ([`UsePlan`]): from a recorded step, when each tensor of the next step is used.
+//! - The victim policies ([`Lru`], [`NextUsePolicy`], [`CostAware`]) as ranks over
+//!   [`Candidate`]s; [`PolicyKind`] picks one in a `SpillConfig`.
+//! - Offline replay of a recorded step under a budget ([`replay`]), with Belady's MIN for
+//!   reference: what a budget costs in bytes moved, before training.
+//! - The step in windows of ops, each checked against the measured bandwidth.
+//! - When the inner allocator's free pages go back to the driver.
 //!
 //! Nothing here names a Burn type; everything is unit-tested on synthetic tapes.
 
-pub mod plan;
+pub(crate) mod plan;
 pub(crate) mod pool;
-pub mod simulate;
-pub mod victim;
-pub mod windows;
+pub(crate) mod simulate;
+pub(crate) mod victim;
+pub(crate) mod windows;
+
+pub use plan::{KeyAt, NextUse, PlanKey, UsePlan};
+pub use simulate::{Replay, replay};
+pub use victim::{Bandwidth, Candidate, CostAware, Lru, NextUsePolicy, VictimPolicy};
 
 use std::fmt;
 use std::str::FromStr;

@@ -89,12 +89,26 @@ pub struct PeakLive {
 
 /// The analysis of one step. Build it with [`StepAnalysis::new`].
 ///
-/// ```ignore
-/// let analysis = StepAnalysis::new(&tape);
-/// if let Some(start) = analysis.backward_start {
-///     println!("{} bytes saved for backward", analysis.saved_activation_bytes);
+/// ```
+/// use burn::backend::{Autodiff, Flex};
+/// use burn::tensor::Tensor;
+/// use burn_spill::SpillBackend;
+/// use burn_spill::tape::StepAnalysis;
+///
+/// let device = Default::default();
+/// {
+///     let _step = SpillBackend::<Flex>::step(&device);
+///     let x = Tensor::<Autodiff<SpillBackend<Flex>>, 1>::from_floats([1.0, 2.0], &device)
+///         .require_grad();
+///     let _grads = x.clone().exp().sum().backward();
 /// }
-/// let soon = analysis.next_use(tensor, op); // when to have it back on the device
+/// let tape = SpillBackend::<Flex>::last_step(&device).unwrap();
+/// let analysis = StepAnalysis::new(&tape);
+/// assert!(analysis.backward_start.is_some());
+/// let x = tape.ops[0].outputs[0]; // from_floats made it
+/// // The exp's output is saved for backward, so x's next use after op 0 is the exp (op 1).
+/// assert_eq!(analysis.next_use(x, 0), Some(1));
+/// # SpillBackend::<Flex>::record_tape(&device, false);
 /// ```
 #[derive(Debug, Clone, Serialize)]
 pub struct StepAnalysis {

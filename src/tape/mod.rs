@@ -2,12 +2,12 @@
 //!
 //! [`recorder`] fills it on the hot path; [`model`] is the finished step as plain data.
 
-pub mod analysis;
-pub mod export;
-pub mod identity;
-pub mod model;
-pub mod period;
-pub mod recorder;
+pub(crate) mod analysis;
+pub(crate) mod export;
+pub(crate) mod identity;
+pub(crate) mod model;
+pub(crate) mod period;
+pub(crate) mod recorder;
 
 pub use analysis::{CriticalPath, Edge, PeakLive, StepAnalysis, TensorLife};
 pub use export::{TapeFormat, from_json, render, to_dot, to_json, to_perfetto, write_file};
@@ -16,4 +16,5 @@ pub use model::{
     DropRecord, OpRecord, Producer, StepTape, TAPE_SCHEMA_VERSION, TensorRecord, TierSample,
 };
 pub use period::{PeriodDetector, op_signature};
-pub use recorder::{Recorder, TapeCounters, TensorView};
+pub use recorder::TapeCounters;
+pub(crate) use recorder::{Recorder, TensorView};

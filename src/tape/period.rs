@@ -115,13 +115,19 @@ impl Candidate {
 ///
 /// # Example
 ///
-/// ```ignore
+/// ```
+/// use burn_spill::tape::{PeriodDetector, op_signature};
+///
+/// // A step of five ops, repeated.
+/// let step = ["float_matmul", "float_add", "float_exp", "float_sum", "float_sqrt"];
 /// let mut detector = PeriodDetector::default();
-/// for op in ops {
-///     if let Some(period) = detector.push(op_signature(op.name, op.shapes())) {
-///         // the last 2 * period ops are two identical steps
+/// let mut found = None;
+/// for name in step.iter().cycle().take(3 * step.len()) {
+///     if let Some(period) = detector.push(op_signature(name, [[4usize, 4].as_slice()])) {
+///         found = Some(period); // the last 2 * period ops are two identical steps
 ///     }
 /// }
+/// assert_eq!(found, Some(5));
 /// ```
 #[derive(Debug, Clone)]
 pub struct PeriodDetector {
