@@ -114,6 +114,12 @@ impl Workload for ResNetRun {
     }
 }
 
+impl AsMut<SpillArgs> for Cli {
+    fn as_mut(&mut self) -> &mut SpillArgs {
+        &mut self.spill
+    }
+}
+
 fn main() {
     let cli: Cli = cli::parse();
     let config = ResNetConfig {

@@ -98,6 +98,12 @@ impl Workload for GptRun {
     }
 }
 
+impl AsMut<SpillArgs> for Cli {
+    fn as_mut(&mut self) -> &mut SpillArgs {
+        &mut self.spill
+    }
+}
+
 fn main() {
     let cli: Cli = cli::parse();
     if !cli.d_model.is_multiple_of(cli.heads) {

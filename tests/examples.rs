@@ -31,9 +31,15 @@ fn example(name: &str) -> PathBuf {
 }
 
 fn run(name: &str, args: &[&str]) -> Output {
+    run_with_env(name, args, &[])
+}
+
+/// [`run`] with `env` set on top of a clean environment.
+fn run_with_env(name: &str, args: &[&str], env: &[(&str, &str)]) -> Output {
     let mut command = Command::new(example(name));
     command.args(args);
-    // The examples refuse these (flags only); a developer's shell must not fail the tests.
+    // These replace the examples' flags, and RUST_LOG their log filter: a developer's shell
+    // must not change the tests.
     for var in [
         burn_spill::ENV_BUDGET,
         burn_spill::ENV_HOST_LIMIT,
@@ -41,9 +47,11 @@ fn run(name: &str, args: &[&str]) -> Output {
         burn_spill::ENV_POLICY,
         burn_spill::ENV_PRESET,
         "BURN_SPILL_TRACE",
+        "RUST_LOG",
     ] {
         command.env_remove(var);
     }
+    command.envs(env.iter().copied());
     command.output().expect("the example starts")
 }
 
@@ -355,4 +363,87 @@ fn help_exits_zero() {
         assert!(out.status.success());
         assert!(text(&out.stdout).contains("--budget"));
     }
+}
+
+/// The `BURN_SPILL_*` variables replace their flags for the spilled run only: the plain peak is
+/// still measured unlimited, and the budget is the variable's, read as its flag is (a
+/// percentage of the plain peak). burn-spill's warnings reach stderr through the examples' log
+/// subscriber: at budget 0 every op runs over it.
+#[test]
+fn environment_overrides_apply_to_the_spilled_run_only_and_warnings_are_shown() {
+    let dir = tempfile::tempdir().unwrap();
+    let report_path = dir.path().join("report.json");
+    let report_file = report_path.to_str().unwrap();
+    let mut args = RESNET_TINY.to_vec();
+    args.extend([
+        "--steps",
+        "2",
+        "--verify",
+        "--budget",
+        "unlimited",
+        "--report",
+        report_file,
+    ]);
+    let out = run_with_env(
+        "resnet",
+        &args,
+        &[
+            (burn_spill::ENV_BUDGET, "0"),
+            (burn_spill::ENV_POLICY, "next_use"),
+        ],
+    );
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert!(out.status.success(), "stdout:\n{stdout}\nstderr:\n{stderr}");
+    assert!(stdout.contains("identical:"), "{stdout}");
+    assert!(
+        stderr.contains("note: BURN_SPILL_BUDGET=0 replaces its flag"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("WARN") && stderr.contains("runs over it"),
+        "the over-budget warning is shown: {stderr}"
+    );
+    let read_report = || -> serde_json::Value {
+        serde_json::from_str(&std::fs::read_to_string(&report_path).unwrap()).unwrap()
+    };
+    let report = read_report();
+    assert_eq!(report["budget_bytes"], 0, "{report}");
+    assert_eq!(report["policy"], "next_use", "{report}");
+    assert!(
+        report["plain_peak_device_bytes"].as_u64().unwrap() > 0,
+        "the plain peak was measured without the override: {report}"
+    );
+
+    // A percentage is of the plain peak, as with `--budget 30%`.
+    let out = run_with_env(
+        "transformer",
+        &[GPT_TINY, &["--steps", "2", "--report", report_file]].concat(),
+        &[(burn_spill::ENV_BUDGET, "30%")],
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let report = read_report();
+    let plain_peak = report["plain_peak_device_bytes"].as_u64().unwrap();
+    assert_eq!(
+        report["budget_bytes"].as_u64().unwrap(),
+        (plain_peak as f64 * 0.3) as u64
+    );
+}
+
+/// A bad value in a variable is a usage error naming the variable, as a bad flag names the flag.
+#[test]
+fn a_bad_environment_override_names_the_variable() {
+    let out = run_with_env("resnet", &[], &[(burn_spill::ENV_BUDGET, "lots")]);
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    let last = stderr
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .last()
+        .unwrap();
+    assert!(
+        last.starts_with("error: BURN_SPILL_BUDGET:")
+            && last.contains("lots")
+            && last.contains("30%"),
+        "{stderr}"
+    );
 }

@@ -181,10 +181,12 @@ fn parse_output_file(value: &str) -> Result<PathBuf, String> {
     Ok(path)
 }
 
-/// Parses the command line; on a bad flag prints one line and exits with code 2 (help and
-/// version print as usual and exit 0).
-pub fn parse<T: clap::Parser>() -> T {
-    let args = T::try_parse().unwrap_or_else(|e| match e.kind() {
+/// Parses the command line, then the `BURN_SPILL_*` variables over the flags they replace; on a
+/// bad flag or variable prints one line and exits with code 2 (help and version print as usual
+/// and exit 0). Installs the log subscriber first, so that what follows can warn.
+pub fn parse<T: clap::Parser + AsMut<SpillArgs>>() -> T {
+    super::logging::install();
+    let mut args = T::try_parse().unwrap_or_else(|e| match e.kind() {
         ErrorKind::DisplayHelp
         | ErrorKind::DisplayVersion
         | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand => e.exit(),
@@ -198,28 +200,38 @@ pub fn parse<T: clap::Parser>() -> T {
             exit_usage(line.trim_start_matches("error: "))
         }
     });
-    refuse_env_overrides();
+    apply_env_overrides(args.as_mut());
     args
 }
 
-/// `SpillBackend::configure` applies the `BURN_SPILL_*` variables on top of any config, which
-/// would silently change both the spilled run and the measurement of the plain peak; these
-/// examples take their settings from flags only.
-fn refuse_env_overrides() {
-    let flags = [
-        (ENV_BUDGET, "--budget"),
-        (ENV_HOST_LIMIT, "--host-limit"),
-        (ENV_DIR, "--spill-dir"),
-        (ENV_POLICY, "--policy"),
-        (ENV_PRESET, "--preset"),
-    ];
-    for (var, flag) in flags {
-        if std::env::var_os(var).is_some() {
-            exit_usage(&format!(
-                "{var} is set, but this example takes its settings from flags; unset it and pass {flag}"
-            ));
-        }
+/// The `BURN_SPILL_*` variables a user sets for any program work here too, for the spilled run
+/// only, and mean what their flags mean (`BURN_SPILL_BUDGET=30%` is 30% of the plain peak, as
+/// `--budget 30%` is): each one set replaces its flag, with a note on stderr. A bad value is a
+/// usage error naming the variable. (The examples configure the device without the library's
+/// own reading of the variables, which would also change the plain peak's measurement.)
+fn apply_env_overrides(args: &mut SpillArgs) {
+    let read = |var: &str| std::env::var(var).ok().filter(|v| !v.trim().is_empty());
+    if let Some(v) = read(ENV_BUDGET) {
+        args.budget = parsed(ENV_BUDGET, &v, Amount::parse_budget(&v));
     }
+    if let Some(v) = read(ENV_HOST_LIMIT) {
+        args.host_limit = parsed(ENV_HOST_LIMIT, &v, Amount::parse_host_limit(&v));
+    }
+    if let Some(v) = read(ENV_DIR) {
+        args.spill_dir = Some(parsed(ENV_DIR, &v, parse_spill_dir(&v)));
+    }
+    if let Some(v) = read(ENV_POLICY) {
+        args.policy = Some(parsed(ENV_POLICY, &v, parse_policy(&v)));
+    }
+    if let Some(v) = read(ENV_PRESET) {
+        args.preset = Some(parsed(ENV_PRESET, &v, parse_preset(&v)));
+    }
+}
+
+/// The value of `var` parsed by its flag's parser, noted on stderr; exits 2 when it is bad.
+fn parsed<T>(var: &str, value: &str, result: Result<T, String>) -> T {
+    eprintln!("note: {var}={value} replaces its flag for the spilled run");
+    result.unwrap_or_else(|e| exit_usage(&format!("{var}: {e}")))
 }
 
 /// Prints `error: {message}` as one line and exits with code 2 (bad usage).

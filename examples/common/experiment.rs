@@ -235,7 +235,9 @@ fn measure_plain_peak<B: Backend, W: Workload>(
 }
 
 fn configure<B: Backend>(device: &B::Device, config: SpillConfig) {
-    if let Err(e) = SpillBackend::<B>::configure(device, config) {
+    // The examples read the `BURN_SPILL_*` variables as flags (`cli.rs`), for the spilled run
+    // only: the library must not apply them again, here or to the plain peak's measurement.
+    if let Err(e) = SpillBackend::<B>::configure_without_env(device, config) {
         let flag = match e {
             SpillError::SpillDir { .. } | SpillError::SpillDirInUse { .. } => "--spill-dir",
             _ => "configuration",

@@ -8,6 +8,7 @@ pub mod cli;
 pub mod experiment;
 pub mod gpt_model;
 pub mod learner;
+pub mod logging;
 pub mod report;
 pub mod resnet_model;
 pub mod small_models;

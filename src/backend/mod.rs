@@ -71,7 +71,26 @@ impl<B: Backend> SpillBackend<B> {
     /// # Ok::<(), burn_spill::SpillError>(())
     /// ```
     pub fn configure(device: &B::Device, config: SpillConfig) -> Result<(), SpillError> {
-        let config = config.with_env_overrides()?;
+        Self::configure_without_env(device, config.with_env_overrides()?)
+    }
+
+    /// [`configure`](Self::configure) with `config` exactly as given: the `BURN_SPILL_*`
+    /// environment variables are not applied. For a harness that measures a reference run on
+    /// the same device (the examples measure the plain peak this way) or that gives the
+    /// variables a meaning of its own.
+    ///
+    /// ```
+    /// use burn::backend::Flex;
+    /// use burn_spill::{SpillBackend, SpillConfig};
+    /// let device = Default::default();
+    /// SpillBackend::<Flex>::configure_without_env(&device, SpillConfig::default())?;
+    /// assert_eq!(SpillBackend::<Flex>::stats(&device).device_budget_bytes, None);
+    /// # Ok::<(), burn_spill::SpillError>(())
+    /// ```
+    pub fn configure_without_env(
+        device: &B::Device,
+        config: SpillConfig,
+    ) -> Result<(), SpillError> {
         config.validate()?;
         let budget = match config.get_device_budget() {
             DeviceBudget::Unlimited => None,
