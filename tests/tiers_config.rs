@@ -176,6 +176,24 @@ fn env_overrides_take_effect_through_configure() {
     }
 }
 
+/// `configure_without_env` takes the config exactly as given, whatever the environment says.
+#[test]
+fn configure_without_env_ignores_the_overrides() {
+    let _serial = serial();
+    let device = dev();
+    set_env(ENV_BUDGET, "1MiB");
+    set_env(ENV_HOST_LIMIT, "0");
+    set_env(ENV_POLICY, "not-a-policy");
+    let result =
+        Spill::configure_without_env(&device, SpillConfig::default().device_budget_bytes(4096));
+    clear_env();
+    result.unwrap();
+    let stats = Spill::stats(&device);
+    assert_eq!(stats.device_budget_bytes, Some(4096));
+    assert_eq!(stats.host_limit_bytes, None);
+    Spill::configure(&device, SpillConfig::default()).unwrap();
+}
+
 /// Configures with `name=value` set and returns the error's message, after checking it names the
 /// variable, the value and `accepted`.
 fn env_error(name: &str, value: &str, accepted: &str) {
