@@ -790,6 +790,45 @@ fn pool_is_reported<I: Backend>() {
     );
 }
 
+/// The troubleshooting guide's "memory fragments": spilled and dropped tensors leave the pool
+/// reserving pages nothing uses. Past `pool_cleanup_margin_bytes` the engine returns them by
+/// itself (no `memory_cleanup` call); with a margin larger than the pool it never does.
+fn pool_is_cleaned_past_its_margin<I: Backend>() {
+    let device = I::Device::default();
+    let _reset = Reset::<I>(device.clone());
+    let churn = || {
+        let tensors: Vec<_> = (0..8)
+            .map(|k| Tensor::<SpillBackend<I>, 2>::ones([256, 256], &device).mul_scalar(k as f32))
+            .collect();
+        let sum = tensors.iter().cloned().reduce(|a, b| a + b).unwrap();
+        drop(tensors);
+        let _ = sum.into_data();
+    };
+    let cleanups = |margin: u64| {
+        SpillBackend::<I>::configure(
+            &device,
+            SpillConfig::default()
+                .device_budget_bytes(1 << 20)
+                .pool_cleanup_margin_bytes(margin),
+        )
+        .unwrap();
+        // No pool to report before this thread's stream has run anything.
+        let before = SpillBackend::<I>::stats(&device)
+            .pool
+            .map_or(0, |p| p.cleanups);
+        churn();
+        let after = SpillBackend::<I>::stats(&device).pool.unwrap();
+        (after.cleanups - before, after)
+    };
+    let (never, pool) = cleanups(1 << 40);
+    assert_eq!(never, 0, "a margin above the pool never cleans: {pool:?}");
+    let (cleaned, pool) = cleanups(64 << 10);
+    assert!(
+        cleaned > 0,
+        "past a 64 KiB margin the pool is cleaned: {pool:?}"
+    );
+}
+
 /// A budget as a fraction of device memory: CUDA reports its memory through CubeCL; wgpu does
 /// not, and the fraction is refused with `DeviceMemoryUnknown` unless the memory is declared.
 fn fraction_budgets<I: Backend>(memory_known: bool) {
@@ -911,6 +950,15 @@ macro_rules! cubecl_suite {
                 }
                 let _lock = exclusive();
                 pool_is_reported::<$backend>();
+            }
+
+            #[test]
+            fn pool_is_cleaned_past_its_margin() {
+                if skip() {
+                    return;
+                }
+                let _lock = exclusive();
+                super::pool_is_cleaned_past_its_margin::<$backend>();
             }
 
             #[test]

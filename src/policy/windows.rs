@@ -108,4 +108,29 @@ mod tests {
             "a window of 0 ops is one op"
         );
     }
+
+    /// The troubleshooting guide's "host bandwidth saturated": a burst of moves before one op
+    /// saturates a short window; a longer prefetch window (the knob) spreads it over more
+    /// compute, and no window saturates. Bytes that exceed the link over the whole step stay
+    /// saturated at any window.
+    #[test]
+    fn a_longer_window_hides_a_burst_but_not_a_step_beyond_the_link() {
+        let link = Bandwidth {
+            bytes_per_sec: 1e9,
+            latency: std::time::Duration::ZERO,
+        };
+        let t = tape(&[100; 8]);
+        let burst = [0, 0, 0, 500, 0, 0, 0, 0];
+        let saturated = |moved: &[u64], window| {
+            cut(&t, moved, window, link)
+                .iter()
+                .filter(|w| w.saturated())
+                .count()
+        };
+        assert_eq!(saturated(&burst, 2), 1);
+        assert_eq!(saturated(&burst, 8), 0);
+        let beyond = [150; 8]; // 1200 bytes over 800 ns of compute
+        assert_eq!(saturated(&beyond, 2), 4);
+        assert_eq!(saturated(&beyond, 8), 1);
+    }
 }
