@@ -24,6 +24,9 @@
 mod common;
 #[path = "budgets/composition.rs"]
 mod composition;
+#[cfg(feature = "collective")]
+#[path = "budgets/data_parallel.rs"]
+mod data_parallel;
 
 use std::time::{Duration, Instant};
 
@@ -115,6 +118,29 @@ impl Model {
 
     fn trainer<A: AutodiffBackend>(&self, device: &A::Device) -> Box<dyn Stepper> {
         self.accumulating_trainer::<A>(device, 1)
+    }
+
+    /// [`data_parallel::PEERS`] peers training this model on one device through
+    /// burn-collective, each on its share of the batch.
+    #[cfg(feature = "collective")]
+    fn data_parallel<A: AutodiffBackend>(&self, device: &A::Device) -> Box<dyn Stepper> {
+        use common::gpt_model::Gpt;
+        use common::resnet_model::ResNet;
+        use data_parallel::{DataParallel, PEERS};
+        match self {
+            Model::ResNet(config, task, batch) => Box::new(DataParallel::new::<A, ResNet<A>>(
+                config,
+                task.clone(),
+                (*batch / PEERS).max(1),
+                device,
+            )),
+            Model::Gpt(config, task, batch) => Box::new(DataParallel::new::<A, Gpt<A>>(
+                config,
+                task.clone(),
+                (*batch / PEERS).max(1),
+                device,
+            )),
+        }
     }
 
     /// A trainer whose optimizer step sums the gradients of `micro_batches` batches.

@@ -1,7 +1,8 @@
 //! The composition table of `benches/budgets.rs`: burn-spill beside Burn's own memory savers,
 //! answering a user's question in one run: at the same peak device memory, is Burn's gradient
 //! checkpointing (`BalancedCheckpointing`), burn-spill, or both together fastest here? Plus
-//! gradient accumulation and half precision under burn-spill.
+//! gradient accumulation, half precision and (with the `collective` feature) two peers
+//! all-reducing gradients, under burn-spill.
 //!
 //! Every row is a paired step-time ratio (alternating single steps, median) against its
 //! reference, and the peak device bytes of the measured side as burn-spill counts them (a
@@ -200,7 +201,56 @@ pub fn rows<B: Backend>(
         micro_batches,
         rounds,
     ));
+    drop(plain_accumulating);
+    rows.extend(data_parallel_row::<B>(device, name, model, rounds));
     rows
+}
+
+/// Two peers all-reducing their gradients through burn-collective on one device, spilled at
+/// 30% of their joint peak against the same on plain `B`.
+#[cfg(feature = "collective")]
+fn data_parallel_row<B: Backend>(
+    device: &B::Device,
+    name: &str,
+    model: &Model,
+    rounds: Rounds,
+) -> Option<CompositionRow> {
+    type Spilled<B> = Autodiff<SpillBackend<B>>;
+    configure::<B>(device, model, None);
+    let peak = counted_peak::<B>(device, &mut *model.data_parallel::<Spilled<B>>(device));
+    let budget = peak * 3 / 10;
+    let mut plain = model.data_parallel::<Autodiff<B>>(device);
+    for _ in 0..WARMUP_STEPS {
+        plain.step();
+    }
+    configure::<B>(device, model, Some(budget));
+    let mut spilled = model.data_parallel::<Spilled<B>>(device);
+    let (ratio, spilled_peak) = measure::<B>(device, &mut *plain, &mut *spilled, rounds);
+    drop((plain, spilled));
+    configure::<B>(device, model, None);
+    Some(CompositionRow {
+        model: name.into(),
+        setup: format!(
+            "burn-spill at 30%, {} peers all-reducing",
+            super::data_parallel::PEERS
+        ),
+        budget: Some(budget),
+        peak: spilled_peak,
+        reference_peak: peak,
+        ratio,
+        reference: "plain, same peers".into(),
+    })
+}
+
+#[cfg(not(feature = "collective"))]
+fn data_parallel_row<B: Backend>(
+    _device: &B::Device,
+    name: &str,
+    _model: &Model,
+    _rounds: Rounds,
+) -> Option<CompositionRow> {
+    eprintln!("note: {name}: no data-parallel row (build with `--features collective`)");
+    None
 }
 
 /// The rows of one model in `dtype` (run in a child process whose device defaults to it).
