@@ -11,6 +11,7 @@ use burn::backend::{Autodiff, Flex};
 use burn::collective::{
     AllReduceStrategy, CollectiveConfig, PeerId, ReduceOperation, finish_collective, register,
 };
+use burn::module::Module;
 use burn::optim::{AdamConfig, GradientsParams, Optimizer};
 use burn::tensor::TensorData;
 use burn::tensor::backend::AutodiffBackend;
@@ -40,6 +41,10 @@ fn train_data_parallel<B: AutodiffBackend>() -> Vec<Vec<TensorData>> {
             let (mut model, config, device) = (model.clone(), config.clone(), device.clone());
             std::thread::spawn(move || {
                 let id = PeerId::from(peer);
+                // Its own autodiff leaves: clones share the parameters' graph nodes, and
+                // burn-autodiff 0.21 can deadlock when two threads' graphs merge through them
+                // (one thread in backward, the other registering an op).
+                model = model.fork(&device);
                 // The collective works on the inner backend: gradients live there.
                 register::<B::InnerBackend>(id, device.clone(), config).expect("registered");
                 let mut optim = AdamConfig::new().init();
@@ -73,8 +78,27 @@ fn assert_same(plain: &[TensorData], spilled: &[TensorData], what: &str) {
     }
 }
 
+/// Fails the test, rather than hanging CI, when the run makes no progress for two minutes.
 #[test]
 fn peers_all_reducing_gradients_train_identically_at_30_percent() {
+    let (done, finished) = std::sync::mpsc::channel();
+    let run = std::thread::spawn(move || {
+        all_reduce_at_30_percent();
+        let _ = done.send(());
+    });
+    match finished.recv_timeout(std::time::Duration::from_secs(120)) {
+        Ok(()) => run.join().unwrap(),
+        // The run panicked: its panic is the test's.
+        Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
+            std::panic::resume_unwind(run.join().unwrap_err())
+        }
+        Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+            panic!("no progress in 120 s: the peers or the collective are stuck")
+        }
+    }
+}
+
+fn all_reduce_at_30_percent() {
     type Plain = Autodiff<Flex>;
     type Spilled = Autodiff<SpillBackend<Flex>>;
     let device = Default::default();

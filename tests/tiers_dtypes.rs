@@ -602,3 +602,16 @@ fn the_cases_cover_every_dtype_of_burn() {
         );
     }
 }
+
+/// A training set-up in a float dtype the inner backend lacks (Flex has no `Flex32`) fails
+/// through burn-spill exactly as on the backend: the device refuses it as its default dtype
+/// with the same error, and nothing is locked (a later valid setting is still taken).
+#[test]
+fn a_default_dtype_the_backend_lacks_is_refused_as_on_the_backend() {
+    use burn::tensor::FloatDType;
+    use burn::tensor::backend::set_default_float_dtype;
+    let device = Default::default();
+    let plain = set_default_float_dtype::<Plain>(&device, FloatDType::Flex32).unwrap_err();
+    let spilled = set_default_float_dtype::<Spill>(&device, FloatDType::Flex32).unwrap_err();
+    assert_eq!(format!("{spilled:?}"), format!("{plain:?}"));
+}

@@ -9,6 +9,7 @@ use std::thread::JoinHandle;
 use burn::collective::{
     AllReduceStrategy, CollectiveConfig, PeerId, ReduceOperation, finish_collective, register,
 };
+use burn::module::Module;
 use burn::optim::{AdamConfig, GradientsParams, Optimizer};
 use burn::tensor::ElementConversion;
 use burn::tensor::backend::AutodiffBackend;
@@ -56,6 +57,10 @@ impl DataParallel {
             let (collective, loss_sender) = (collective.clone(), loss_sender.clone());
             peers.push(std::thread::spawn(move || {
                 let id = PeerId::from(peer);
+                // Its own autodiff leaves: clones share the parameters' graph nodes, and
+                // burn-autodiff 0.21 can deadlock when two threads' graphs merge through them
+                // (one thread in backward, the other registering an op).
+                model = model.fork(&device);
                 // The collective works on the inner backend: gradients live there.
                 register::<A::InnerBackend>(id, device.clone(), collective)
                     .expect("the peer registers");
