@@ -110,6 +110,9 @@ fn all_reduce_at_30_percent() {
     let budget = SpillBackend::<Flex>::stats(&device).peak.device * 3 / 10;
     SpillBackend::<Flex>::configure(&device, SpillConfig::default().device_budget_bytes(budget))
         .unwrap();
+    // A first pass teaches the engine the ops' output sizes; the peak is read over the second.
+    drop(train_data_parallel::<Spilled>());
+    SpillBackend::<Flex>::reset_peaks(&device);
     let before = SpillBackend::<Flex>::stats(&device);
     let spilled = train_data_parallel::<Spilled>();
     let after = SpillBackend::<Flex>::stats(&device);
@@ -122,6 +125,16 @@ fn all_reduce_at_30_percent() {
     assert!(
         after.device_to_host.count > before.device_to_host.count,
         "the budget of {budget} B made it spill"
+    );
+    // Two peers and the collective's threads run ops at once. Each op reserves its room before
+    // it runs, but an op whose room is pinned by another thread's running op still runs over
+    // the budget (not yet counted as over-budget): printed, not asserted, until admission waits
+    // for the other op (see CHANGELOG).
+    eprintln!(
+        "budget {budget} B, device peak {} B (over-budget ops {}, estimate misses {})",
+        after.peak.device,
+        after.over_budget_ops - before.over_budget_ops,
+        after.estimate_misses - before.estimate_misses
     );
     // Everything the peers and the collective's threads made is gone, wherever it was.
     let live = SpillBackend::<Flex>::live(&device);

@@ -9,7 +9,6 @@ use std::thread::JoinHandle;
 use burn::collective::{
     AllReduceStrategy, CollectiveConfig, PeerId, ReduceOperation, finish_collective, register,
 };
-use burn::module::Module;
 use burn::optim::{AdamConfig, GradientsParams, Optimizer};
 use burn::tensor::ElementConversion;
 use burn::tensor::backend::AutodiffBackend;

@@ -49,6 +49,9 @@ pub struct OpTicket {
     signature: u64,
     /// The output size learnt for this signature before, if any.
     learnt: Option<u64>,
+    /// Bytes reserved at admission (inputs to restore, the estimated output), released when
+    /// the op ends (its inputs and outputs are in the ledger by then).
+    reserved: u64,
     inputs: smallvec::SmallVec<[TensorId; 4]>,
     /// Bytes of the evictable inputs (the others are in the ledger's unevictable count).
     evictable_input_bytes: u64,
@@ -146,9 +149,13 @@ impl DeviceEngine {
                  more than the device budget of {budget} bytes; raise the budget or turn strict mode off"
             );
         }
-        let target = budget.saturating_sub(to_restore.saturating_add(estimate));
-        if self.device_committed() > target {
-            self.make_room(target);
+        // The inputs to restore and the output are reserved before room is made, so that ops
+        // admitted on other threads meanwhile count them too (and this op counts theirs): two
+        // ops may both make room for both, never neither for the other.
+        let reserved = to_restore.saturating_add(estimate);
+        self.reserved_for_ops.fetch_add(reserved, Ordering::Relaxed);
+        if self.device_committed() > budget {
+            self.make_room(budget);
         }
         Some(OpTicket {
             name,
@@ -156,6 +163,7 @@ impl DeviceEngine {
             strict: limits.strict,
             signature,
             learnt,
+            reserved,
             inputs: ids,
             evictable_input_bytes,
             step,
@@ -168,6 +176,7 @@ impl DeviceEngine {
     /// over the budget. Call it while the consumed inputs are still counted (before they drop),
     /// so that the device bytes seen here are the op's real peak.
     pub fn end_op(&self, ticket: OpTicket, outputs: &[OpOutput]) {
+        self.release_reservation(&ticket);
         let tick = self.tick.fetch_add(1, Ordering::Relaxed);
         let (mut output_bytes, mut evictable_output_bytes) = (0u64, 0u64);
         {
@@ -217,7 +226,13 @@ impl DeviceEngine {
 
     /// Ends an op that produced no tensor (a read, a metadata query).
     pub fn end_op_without_outputs(&self, ticket: OpTicket) {
+        self.release_reservation(&ticket);
         self.finish_pins(&ticket.inputs);
+    }
+
+    fn release_reservation(&self, ticket: &OpTicket) {
+        self.reserved_for_ops
+            .fetch_sub(ticket.reserved, Ordering::Relaxed);
     }
 
     pub(super) fn finish_pins(&self, ids: &[TensorId]) {
@@ -250,8 +265,11 @@ impl DeviceEngine {
         }
     }
 
-    /// Device bytes that count against the budget: resident plus on their way in.
+    /// Device bytes that count against the budget: resident, on their way in, and reserved
+    /// for the outputs of ops running now.
     pub(super) fn device_committed(&self) -> u64 {
-        self.ledger.resident(Tier::Device) + self.inflight_in.load(Ordering::Relaxed)
+        self.ledger.resident(Tier::Device)
+            + self.inflight_in.load(Ordering::Relaxed)
+            + self.reserved_for_ops.load(Ordering::Relaxed)
     }
 }

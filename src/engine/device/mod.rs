@@ -108,6 +108,10 @@ pub struct DeviceEngine {
     transfers: Transfers,
     /// Bytes on their way to the device (counted there by budget decisions).
     inflight_in: AtomicU64,
+    /// Bytes reserved by admitted ops that have not ended yet (their inputs to restore and
+    /// their estimated outputs): an op on another thread, admitted meanwhile, must count them,
+    /// or both ops' bytes land on a device that had room for one.
+    reserved_for_ops: AtomicU64,
     settle_queued: AtomicBool,
     /// Where the queued eviction job brings the device: set after every op that wants one.
     settle_goal: Mutex<SettleGoal>,
