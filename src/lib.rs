@@ -33,7 +33,7 @@ mod backend;
 mod config;
 mod engine;
 mod error;
-mod hashing;
+mod fast_hash;
 pub mod policy;
 mod stats;
 pub mod tape;

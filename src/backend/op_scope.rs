@@ -21,7 +21,7 @@ use super::tensor::{Primitive, RetiredHandle, SpillTensor, TensorKind};
 use crate::engine::{
     DeviceEngine, OpInput, OpOutput, OpTicket, TensorId, TensorRole, Tier, engine_for,
 };
-use crate::hashing::{FoldHasher, hasher};
+use crate::fast_hash::FastHasher;
 use crate::tape::TensorView;
 
 /// What the tape needs of one tensor, held until the op is recorded.
@@ -109,7 +109,7 @@ pub(crate) struct OpScope<B: Backend> {
     // Ops read and make a few tensors: these stay off the heap.
     inputs: SmallVec<[OpInput; 4]>,
     /// Non-tensor arguments that decide the output size (shapes, dtypes, data lengths).
-    hints: Option<FoldHasher<'static>>,
+    hints: Option<FastHasher>,
     ticket: Option<OpTicket>,
     outputs: SmallVec<[OpOutput; 2]>,
     retired: SmallVec<[RetiredHandle<B>; 4]>,
@@ -183,7 +183,7 @@ impl<B: Backend> OpScope<B> {
 
     /// Notes an argument that decides the output size.
     pub(crate) fn hint(&mut self, value: &impl Hash) {
-        value.hash(self.hints.get_or_insert_with(hasher));
+        value.hash(self.hints.get_or_insert_with(FastHasher::default));
     }
 
     /// Makes room for the noted inputs and the estimated output.

@@ -14,7 +14,7 @@ use std::sync::{Arc, Weak};
 
 use super::DeviceEngine;
 use super::slot::{TensorId, Tier};
-use crate::hashing::{FastMap, FastSet};
+use crate::fast_hash::{FastMap, FastSet};
 use crate::policy::plan::{KeyAt, PlanKey};
 
 /// A tensor the engine can move. The adapter implements it for its handle.

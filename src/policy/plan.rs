@@ -11,7 +11,7 @@
 
 use std::collections::HashMap;
 
-use crate::hashing::FastMap;
+use crate::fast_hash::FastMap;
 
 use crate::tape::StepTape;
 

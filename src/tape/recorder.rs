@@ -5,11 +5,11 @@
 //! rank than any before). At a boundary the buffers become a [`StepTape`], kept for analysis
 //! and export; only the last few steps are kept.
 
-use std::collections::VecDeque;
-use std::hash::Hasher;
+use std::collections::{HashMap, VecDeque};
+use std::hash::BuildHasherDefault;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
-use crate::hashing::{FastMap, FoldHasher, hasher};
+use crate::fast_hash::{FastHasher, mix};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Instant;
 
@@ -67,7 +67,7 @@ struct Buffers {
     ops: Vec<RawOp>,
     ids: Vec<TensorId>,
     dims: Vec<usize>,
-    tensors: FastMap<TensorId, RawTensor>,
+    tensors: HashMap<TensorId, RawTensor, BuildHasherDefault<FastHasher>>,
     drops: Vec<DropRecord>,
 }
 
@@ -220,29 +220,28 @@ pub struct TapeCounters {
 /// this many steps (the design brief's figure).
 pub const DEFAULT_RESAMPLE_STEPS: u64 = 100;
 
+/// Mixes 64-bit words: the hot path hashes a few words per op, where SipHash's setup costs
+/// more than the work (this is FxHash's step).
 /// An op's signature: its name and its outputs' dtypes and shapes. Two steps of the same
 /// program have the same signature sequence; a dynamic graph or a new shape breaks it. Names
 /// and dtype names are `&'static str`s, so their addresses identify them within the process.
-struct SigBuilder(FoldHasher<'static>);
+struct SigBuilder(u64);
 
 impl SigBuilder {
     fn new(name: &'static str) -> Self {
-        let mut hasher = hasher();
-        hasher.write_u64(name.as_ptr() as u64 ^ (name.len() as u64) << 48);
-        Self(hasher)
+        Self(mix(0, name.as_ptr() as u64 ^ (name.len() as u64) << 48))
     }
 
     fn output(&mut self, t: &TensorView<'_>) {
-        self.0.write_u64(t.dtype.as_ptr() as u64);
+        self.0 = mix(self.0, t.dtype.as_ptr() as u64);
         for &d in t.shape {
-            self.0.write_u64(d as u64);
+            self.0 = mix(self.0, d as u64);
         }
-        // Ends the output, so that shapes [a, b] + [c] and [a] + [b, c] differ.
-        self.0.write_u64(u64::MAX);
+        self.0 = mix(self.0, u64::MAX);
     }
 
     fn finish(self) -> u64 {
-        self.0.finish()
+        self.0
     }
 }
 

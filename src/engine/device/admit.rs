@@ -8,7 +8,7 @@ use std::sync::atomic::Ordering;
 
 use crate::engine::index::Spillable;
 use crate::engine::slot::{TensorId, Tier};
-use crate::hashing;
+use crate::fast_hash::FastHasher;
 use crate::policy::plan::{KeyAt, PlanKey};
 
 use super::prefetch::MAX_LEAD;
@@ -84,7 +84,7 @@ impl DeviceEngine {
         let mut ids = smallvec::SmallVec::<[TensorId; 4]>::new();
         let (mut input_bytes, mut to_restore, mut largest) = (0u64, 0u64, 0u64);
         let mut evictable_input_bytes = 0u64;
-        let mut hasher = hashing::hasher();
+        let mut hasher = FastHasher::default();
         name.hash(&mut hasher);
         hint.hash(&mut hasher);
         {

@@ -8,7 +8,7 @@ use crate::engine::index::{Candidate, Spillable};
 use crate::engine::ledger::Direction;
 use crate::engine::slot::{TensorId, Tier};
 use crate::engine::transfer::on_worker;
-use crate::hashing::FastSet;
+use crate::fast_hash::FastSet;
 use crate::policy::plan::NextUse;
 use crate::policy::victim::{self, Bandwidth};
 

@@ -40,7 +40,7 @@ use crate::engine::pool::PoolWatch;
 use crate::engine::queues::{DeviceQueues, SingleQueue};
 use crate::engine::slot::{TensorId, Tier};
 use crate::engine::transfer::Transfers;
-use crate::hashing::FastMap;
+use crate::fast_hash::FastMap;
 use crate::policy::PolicyKind;
 use crate::policy::plan::{PlanKey, UsePlan};
 use crate::stats::SpillStats;
