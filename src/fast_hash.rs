@@ -8,8 +8,8 @@
 //! `benches/overhead.rs` (binaries alternated in one sitting), and each was slower with a budget
 //! configured: the tiny Transformer's step 1.39-1.42x plain (foldhash), 1.35-1.38x (hashbrown
 //! and Fx) and 1.36-1.37x (std and Fx), against 1.30-1.32x here; a 16x16 add +650-770 ns
-//! (foldhash) against +500-580 ns. Tensor ids are counters, and `id * odd` probably keeps consecutive
-//! ids in consecutive buckets, where the crates' finishers scatter them on purpose.
+//! (foldhash) against +500-580 ns. Tensor ids are counters, and `id * odd` probably keeps
+//! consecutive ids in consecutive buckets, where the crates' finishers scatter them on purpose.
 
 use std::collections::{HashMap, HashSet};
 use std::hash::{BuildHasherDefault, Hasher};
