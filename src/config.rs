@@ -211,9 +211,13 @@ impl SpillConfig {
         self
     }
 
-    /// Caps the host tier; beyond it the coldest host tensors go to disk. Zero sends every spilled
-    /// tensor to disk. The cap holds between moves: an evicted tensor passes through the host on
-    /// its way to disk, so the host's peak can exceed the cap by the largest tensor.
+    /// Caps the host tier: a hard limit. A tensor evicted while the host tier has no room for it
+    /// goes straight on to disk, so the host tier never holds more than the cap
+    /// (`SpillStats::peak.host` shows it). Zero sends every spilled tensor to disk. In transit, each
+    /// evicting thread holds one tensor, or one batch of small tensors (at most 4 MiB), in a host
+    /// buffer while it is written; a restore from disk reads into a buffer that is handed to the
+    /// device. Only a failed disk write leaves a tensor on the host over the cap (counted in
+    /// `disk_write_errors`), rather than lose it.
     pub fn host_limit_bytes(mut self, bytes: u64) -> Self {
         self.host_limit_bytes = Some(bytes);
         self

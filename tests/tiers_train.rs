@@ -68,6 +68,51 @@ fn cnn_trains_identically_with_the_host_tier_capped_to_disk() {
     assert_eq!(stats.disk_write_errors, 0);
 }
 
+/// The host limit is hard: an eviction that the host tier has no room for goes on to disk at
+/// once, so the host never holds more than the limit, at 0, at a few KiB and at half of what the
+/// host held with no limit, synchronous and asynchronous.
+#[test]
+fn the_host_tier_never_holds_more_than_its_limit() {
+    let _device = ExclusiveDevice::take();
+    let device = Default::default();
+    let reference = cnn::<Plain>(&device, 3, 8, &mut |_| {});
+    SpillBackend::<Flex>::configure(&device, SpillConfig::default()).unwrap();
+    assert_identical(&reference, &cnn::<Spilled>(&device, 3, 8, &mut |_| {}));
+    let budget = SpillBackend::<Flex>::stats(&device).peak.device * 3 / 10;
+    let at_budget = SpillConfig::default().device_budget_bytes(budget);
+    SpillBackend::<Flex>::configure(&device, at_budget.clone()).unwrap();
+    assert_identical(&reference, &cnn::<Spilled>(&device, 3, 8, &mut |_| {}));
+    let unlimited_host_peak = SpillBackend::<Flex>::stats(&device).peak.host;
+    assert!(unlimited_host_peak > 0, "nothing was spilled");
+    for asynchronous in [true, false] {
+        for limit in [0, 16 << 10, unlimited_host_peak / 2] {
+            let config = at_budget
+                .clone()
+                .asynchronous(asynchronous)
+                .host_limit_bytes(limit);
+            SpillBackend::<Flex>::configure(&device, config).unwrap();
+            let before = SpillBackend::<Flex>::stats(&device);
+            let run = cnn::<Spilled>(&device, 3, 8, &mut |_| {});
+            let stats = SpillBackend::<Flex>::stats(&device);
+            eprintln!(
+                "asynchronous {asynchronous}, host limit {limit} B: host peak {} B (unlimited {unlimited_host_peak} B), \
+                 {} written to disk",
+                stats.peak.host,
+                stats.host_to_disk.count - before.host_to_disk.count
+            );
+            assert_identical(&reference, &run);
+            assert!(
+                stats.peak.host <= limit,
+                "host peak {} B over the limit of {limit} B",
+                stats.peak.host
+            );
+            assert!(stats.host_to_disk.count > before.host_to_disk.count);
+            assert_eq!(stats.disk_write_errors, before.disk_write_errors);
+            drop(run);
+        }
+    }
+}
+
 #[test]
 fn ledger_is_empty_after_a_budgeted_run() {
     let _device = ExclusiveDevice::take();

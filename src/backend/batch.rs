@@ -13,7 +13,7 @@ use burn_backend::ops::TransactionPrimitive;
 
 use super::host::pack;
 use super::tensor::{Handle, Primitive};
-use crate::engine::{DeviceEngine, Spillable};
+use crate::engine::{DeviceEngine, Spillable, Tier};
 
 /// A handle of the batch with its cloned payload and where its data lands in the transaction.
 struct Member<'a, B: Backend> {
@@ -22,13 +22,14 @@ struct Member<'a, B: Backend> {
     primitive: Primitive<B>,
 }
 
-/// Evicts `batch` to the host in one transfer; returns which moved, in order. Tensors that are
+/// Evicts `batch` to the host in one transfer; returns where each went, in order (`None`: it
+/// stayed). Tensors that are
 /// not this adapter's, are busy, are off the device or are quantized go one by one.
 pub(crate) fn evict_batch<B: Backend>(
     batch: &[Arc<dyn Spillable>],
     engine: &DeviceEngine,
-) -> Vec<bool> {
-    let mut moved = vec![false; batch.len()];
+) -> Vec<Option<Tier>> {
+    let mut moved = vec![None; batch.len()];
     let mut members = Vec::new();
     let mut alone = Vec::new();
     for (at, victim) in batch.iter().enumerate() {
@@ -47,7 +48,7 @@ pub(crate) fn evict_batch<B: Backend>(
         members.clear();
     }
     for at in alone {
-        moved[at] = batch[at].evict_to_host(engine);
+        moved[at] = batch[at].evict(engine);
     }
     if members.is_empty() {
         return moved;
@@ -88,7 +89,7 @@ pub(crate) fn evict_batch<B: Backend>(
             tracing::warn!(target: "burn_spill::engine", ?error,
                 "a batched read failed; the tensors are evicted one by one");
             for m in &members {
-                moved[m.at] = batch[m.at].evict_to_host(engine);
+                moved[m.at] = batch[m.at].evict(engine);
             }
             return moved;
         }
@@ -115,7 +116,7 @@ pub(crate) fn evict_batch<B: Backend>(
                 tracing::warn!(target: "burn_spill::engine", error = %why,
                     "a batched read came back wrong; the batch is evicted one by one");
                 for m in &members {
-                    moved[m.at] = batch[m.at].evict_to_host(engine);
+                    moved[m.at] = batch[m.at].evict(engine);
                 }
                 return moved;
             }
@@ -135,16 +136,20 @@ fn install<B: Backend>(
     hosts: Vec<super::host::HostTensor>,
     engine: &DeviceEngine,
     start: Instant,
-    mut moved: Vec<bool>,
-) -> Vec<bool> {
+    mut moved: Vec<Option<Tier>>,
+) -> Vec<Option<Tier>> {
     engine.batched(members.len() as u64);
     // One transfer moved them all: each is booked its share of its time, by bytes, so that the
     // measured bandwidth (and the cost of a move the engine learns from it) stays true.
     let took = start.elapsed();
     let total = members.iter().map(|m| m.handle.bytes).sum::<u64>().max(1);
+    // The batch shares one buffer, which lives while any of its slices stays on the host: so
+    // either it all fits under the host limit or it all goes on to disk (and the buffer is
+    // freed), never a buffer held whole for the few slices the host had room for.
+    let fits = engine.host_room() >= total;
     for (m, host) in members.into_iter().zip(hosts) {
         let share = took.mul_f64(m.handle.bytes as f64 / total as f64);
-        moved[m.at] = m.handle.install_evicted(engine, host, share);
+        moved[m.at] = m.handle.install_evicted(engine, host, share, fits);
     }
     moved
 }

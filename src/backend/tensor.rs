@@ -208,15 +208,17 @@ impl<B: Backend> Handle<B> {
         super::host::check_read(data, self.dtype, &self.shape)
     }
 
-    /// Puts a batch's host slice in place of the device payload (see
+    /// Puts a batch's host slice in place of the device payload, or writes it on to disk (see
     /// [`DeviceEngine::install_evicted`]).
     pub(super) fn install_evicted(
         &self,
         engine: &DeviceEngine,
         host: HostTensor,
         took: std::time::Duration,
-    ) -> bool {
-        engine.install_evicted(&self.state, self.info(""), host, took)
+        may_stay_on_host: bool,
+    ) -> Option<Tier> {
+        let meta = self.meta();
+        engine.install_evicted(&self.state, self.info(&meta), host, took, may_stay_on_host)
     }
 
     /// The tier holding the bytes now.
@@ -249,9 +251,10 @@ impl<B: Backend> Drop for Handle<B> {
 }
 
 impl<B: Backend> Spillable for Handle<B> {
-    fn evict_to_host(&self, engine: &DeviceEngine) -> bool {
+    fn evict(&self, engine: &DeviceEngine) -> Option<Tier> {
         let _exclusive = engine.queues().exclusive();
-        engine.evict_slot(&self.state, self.info(""), |primitive| {
+        let meta = self.meta();
+        engine.evict_slot(&self.state, self.info(&meta), |primitive| {
             read_to_host::<B>(primitive, self.dtype, &self.shape)
         })
     }
@@ -261,7 +264,11 @@ impl<B: Backend> Spillable for Handle<B> {
         engine.demote_slot(&self.state, self.info(&meta))
     }
 
-    fn evict_batch(&self, batch: &[Arc<dyn Spillable>], engine: &DeviceEngine) -> Vec<bool> {
+    fn evict_batch(
+        &self,
+        batch: &[Arc<dyn Spillable>],
+        engine: &DeviceEngine,
+    ) -> Vec<Option<Tier>> {
         let _exclusive = engine.queues().exclusive();
         super::batch::evict_batch::<B>(batch, engine)
     }

@@ -19,9 +19,10 @@ use crate::policy::plan::{KeyAt, PlanKey};
 
 /// A tensor the engine can move. The adapter implements it for its handle.
 pub trait Spillable: Send + Sync {
-    /// Moves the bytes from the device to a host buffer. Returns false (and changes nothing)
-    /// when the tensor is not on the device or is busy in an op.
-    fn evict_to_host(&self, engine: &DeviceEngine) -> bool;
+    /// Moves the bytes off the device: to a host buffer, or on to the spill file when the host
+    /// tier is full. Returns the tier they went to, or `None` (and changes nothing) when the
+    /// tensor is not on the device or is busy in an op.
+    fn evict(&self, engine: &DeviceEngine) -> Option<Tier>;
     /// Moves the bytes from the host buffer to the spill file. Returns false when the tensor is
     /// not on the host, is busy, or the write failed (it then stays on the host).
     fn demote_to_disk(&self, engine: &DeviceEngine) -> bool;
@@ -31,9 +32,9 @@ pub trait Spillable: Send + Sync {
     fn prefetch(&self, engine: &DeviceEngine) -> bool;
     /// Evicts the tensors of `batch` (this one among them) to the host in one transfer where
     /// the adapter can: one read of them all, one contiguous host buffer. Returns, in order,
-    /// which moved. The default moves them one by one.
-    fn evict_batch(&self, batch: &[Arc<dyn Spillable>], engine: &DeviceEngine) -> Vec<bool> {
-        batch.iter().map(|v| v.evict_to_host(engine)).collect()
+    /// where each went (as [`evict`](Self::evict)). The default moves them one by one.
+    fn evict_batch(&self, batch: &[Arc<dyn Spillable>], engine: &DeviceEngine) -> Vec<Option<Tier>> {
+        batch.iter().map(|v| v.evict(engine)).collect()
     }
     /// The tensor as `Any`, so that an adapter can find its own handles in a batch.
     fn as_any(&self) -> &dyn std::any::Any;
@@ -420,8 +421,8 @@ mod tests {
 
     struct Fake;
     impl Spillable for Fake {
-        fn evict_to_host(&self, _: &DeviceEngine) -> bool {
-            true
+        fn evict(&self, _: &DeviceEngine) -> Option<Tier> {
+            Some(Tier::Host)
         }
         fn demote_to_disk(&self, _: &DeviceEngine) -> bool {
             true

@@ -203,12 +203,61 @@ impl Ledger {
         let (from, to) = direction.tiers();
         self.add_to_tier(to, bytes, role);
         self.remove_from_tier(from, bytes, role);
+        self.count_move(direction, bytes, took);
+    }
+
+    fn count_move(&self, direction: Direction, bytes: u64, took: Duration) {
         let counter = &self.moves[direction as usize];
         counter.count.fetch_add(1, Ordering::Relaxed);
         counter.bytes.fetch_add(bytes, Ordering::Relaxed);
         let nanos = took.as_nanos().min(u128::from(u64::MAX - 1)) as u64;
         counter.nanos.fetch_add(nanos, Ordering::Relaxed);
         raise_peak(&counter.fastest_complement, u64::MAX - nanos);
+    }
+
+    /// Records an eviction to the host tier if the host then holds at most `limit` bytes
+    /// (always without one); returns whether it did. The host's bytes are taken atomically, so
+    /// evictions racing on several threads never take more than the limit between them.
+    pub fn try_evict_to_host(
+        &self,
+        bytes: u64,
+        role: TensorRole,
+        took: Duration,
+        limit: Option<u64>,
+    ) -> bool {
+        let host = &self.tier[Tier::Host.index()];
+        let now = match limit {
+            None => host.fetch_add(bytes, Ordering::Relaxed) + bytes,
+            Some(limit) => {
+                let fits = |held: u64| held.checked_add(bytes).filter(|&now| now <= limit);
+                match host.fetch_update(Ordering::Relaxed, Ordering::Relaxed, fits) {
+                    Ok(held) => held + bytes,
+                    Err(_) => return false,
+                }
+            }
+        };
+        raise_peak(&self.tier_peak[Tier::Host.index()], now);
+        if role == TensorRole::Parameter {
+            self.parameter_tier[Tier::Host.index()].fetch_add(bytes, Ordering::Relaxed);
+        }
+        self.remove_from_tier(Tier::Device, bytes, role);
+        self.count_move(Direction::DeviceToHost, bytes, took);
+        true
+    }
+
+    /// Records an eviction that passed through a host buffer straight to disk (the host tier
+    /// was full): counted as both moves, without the bytes ever counting on the host.
+    pub fn on_evict_through_host(
+        &self,
+        bytes: u64,
+        role: TensorRole,
+        read_took: Duration,
+        write_took: Duration,
+    ) {
+        self.add_to_tier(Tier::Disk, bytes, role);
+        self.remove_from_tier(Tier::Device, bytes, role);
+        self.count_move(Direction::DeviceToHost, bytes, read_took);
+        self.count_move(Direction::HostToDisk, bytes, write_took);
     }
 
     /// Bytes resident in `tier` now.

@@ -130,8 +130,8 @@ impl DeviceEngine {
                 if self.device_committed() <= target {
                     break;
                 }
-                if c.victim.evict_to_host(self) {
-                    moved.push(c.id);
+                if let Some(tier) = c.victim.evict(self) {
+                    moved.push((c.id, tier));
                     evicted += c.bytes;
                 }
             }
@@ -141,9 +141,9 @@ impl DeviceEngine {
             let placement = self.placement();
             let mut index = lock(&self.index);
             let mut wasted = Vec::new();
-            for id in moved {
+            for (id, tier) in moved {
                 wasted.extend(index.take_unread_prefetch(id));
-                index.set_tier(id, Tier::Host);
+                index.set_tier(id, tier);
                 let due = placement.as_ref().and_then(|p| p.due(index.key_of(id)));
                 index.set_due(id, due);
             }
@@ -170,24 +170,28 @@ impl DeviceEngine {
     }
 
     /// Evicts `batch` in one transfer (or one by one when it is a single tensor), noting which
-    /// moved; returns their bytes.
-    pub(super) fn evict_together(&self, batch: &[&Candidate], moved: &mut Vec<TensorId>) -> u64 {
+    /// moved and where; returns their bytes.
+    pub(super) fn evict_together(
+        &self,
+        batch: &[&Candidate],
+        moved: &mut Vec<(TensorId, Tier)>,
+    ) -> u64 {
         let [first, ..] = batch else {
             return 0;
         };
         if batch.len() == 1 {
-            if first.victim.evict_to_host(self) {
-                moved.push(first.id);
+            if let Some(tier) = first.victim.evict(self) {
+                moved.push((first.id, tier));
                 return first.bytes;
             }
             return 0;
         }
         let victims: Vec<Arc<dyn Spillable>> = batch.iter().map(|c| c.victim.clone()).collect();
-        let flags = first.victim.evict_batch(&victims, self);
+        let tiers = first.victim.evict_batch(&victims, self);
         let mut bytes = 0;
-        for (c, ok) in batch.iter().zip(flags) {
-            if ok {
-                moved.push(c.id);
+        for (c, tier) in batch.iter().zip(tiers) {
+            if let Some(tier) = tier {
+                moved.push((c.id, tier));
                 bytes += c.bytes;
             }
         }

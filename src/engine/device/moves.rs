@@ -11,21 +11,21 @@ use crate::engine::slot::{Residency, Slot, SlotInfo, TensorId, Tier};
 use super::{DeviceEngine, lock};
 
 impl DeviceEngine {
-    /// Device to host. The payload is cloned under the tensor's lock (a reference count on
-    /// every backend), read without it, and swapped for the host copy only if the tensor is
-    /// still on the device then (an op may have consumed it meanwhile; its bytes never change).
-    pub fn evict_slot<D: Clone, H>(
+    /// Device to host (or on to disk when the host tier is full, see
+    /// [`install_evicted`](Self::install_evicted)). The payload is cloned under the tensor's
+    /// lock (a reference count on every backend), read without it, and swapped for the copy
+    /// only if the tensor is still on the device then (an op may have consumed it meanwhile;
+    /// its bytes never change). Returns the tier the bytes went to.
+    pub fn evict_slot<D: Clone, H: AsRef<[u8]>>(
         &self,
         slot: &Slot<D, H>,
         info: SlotInfo<'_>,
         read: impl FnOnce(&D) -> Result<H, String>,
-    ) -> bool {
+    ) -> Option<Tier> {
         let payload = {
-            let Some(state) = slot.try_lock() else {
-                return false;
-            };
+            let state = slot.try_lock()?;
             let Residency::Device(payload) = &*state else {
-                return false;
+                return None;
             };
             payload.clone()
         };
@@ -35,35 +35,106 @@ impl DeviceEngine {
             Err(why) => {
                 tracing::warn!(target: "burn_spill::engine", id = info.id, error = %why,
                     "could not read tensor off the device; it stays there");
-                return false;
+                return None;
             }
         };
-        let moved = self.install_evicted(slot, info, host, start.elapsed());
+        let moved = self.install_evicted(slot, info, host, start.elapsed(), true);
         drop(payload);
         moved
     }
 
+    /// Bytes the host tier can still take under its limit (`u64::MAX` without one).
+    pub fn host_room(&self) -> u64 {
+        match self.limits().host_limit {
+            Some(limit) => limit.saturating_sub(self.ledger.resident(Tier::Host)),
+            None => u64::MAX,
+        }
+    }
+
     /// Puts a host copy that took `took` to read in place of the device payload, if the tensor
     /// is still on the device (an op may have consumed it meanwhile; its bytes never change).
-    pub fn install_evicted<D, H>(
+    ///
+    /// The host limit is hard: the copy stays on the host only if `may_stay_on_host` and the
+    /// host tier has room for it (taken atomically, so evictions on several threads never
+    /// overshoot together); otherwise it is written to the spill file at once and the host
+    /// buffer freed. So the host tier never holds more than its limit; what is in transit on
+    /// the host is, per evicting thread, the one tensor or batch (at most [`BATCH_BYTES`]) being
+    /// written. Should that write fail, the tensor stays on the host over the limit (counted in
+    /// `disk_write_errors`, with a warning) rather than be lost. Returns the tier it went to.
+    ///
+    /// [`BATCH_BYTES`]: super::evict::BATCH_BYTES
+    pub fn install_evicted<D, H: AsRef<[u8]>>(
         &self,
         slot: &Slot<D, H>,
         info: SlotInfo<'_>,
         host: H,
         took: Duration,
-    ) -> bool {
+        may_stay_on_host: bool,
+    ) -> Option<Tier> {
         let mut state = slot.lock();
         if !matches!(*state, Residency::Device(_)) {
-            return false;
+            return None;
         }
-        let device = std::mem::replace(&mut *state, Residency::Host(host));
+        let limit = self.limits().host_limit;
         // The ledger moves with the state, under its lock, so no other move of this tensor
         // can be counted in between.
-        self.moved(Direction::DeviceToHost, info, took);
-        drop(state);
-        // Freeing the device tensor is not part of the move's time.
-        drop(device);
-        true
+        if (may_stay_on_host || limit.is_none())
+            && self.ledger.try_evict_to_host(info.bytes, info.role, took, limit)
+        {
+            let device = std::mem::replace(&mut *state, Residency::Host(host));
+            drop(state);
+            trace_move(Direction::DeviceToHost, info, took);
+            // Freeing the device tensor is not part of the move's time.
+            drop(device);
+            return Some(Tier::Host);
+        }
+        let start = Instant::now();
+        match self.write_record(info, host.as_ref()) {
+            Ok(record) => {
+                let device = std::mem::replace(&mut *state, Residency::Disk(record));
+                let wrote = start.elapsed();
+                self.ledger
+                    .on_evict_through_host(info.bytes, info.role, took, wrote);
+                drop(state);
+                trace_move(Direction::DeviceToHost, info, took);
+                trace_move(Direction::HostToDisk, info, wrote);
+                drop(device);
+                drop(host);
+                Some(Tier::Disk)
+            }
+            Err(error) => {
+                self.disk_write_failed(info, error);
+                let device = std::mem::replace(&mut *state, Residency::Host(host));
+                self.ledger
+                    .try_evict_to_host(info.bytes, info.role, took, None);
+                drop(state);
+                drop(device);
+                Some(Tier::Host)
+            }
+        }
+    }
+
+    /// Writes one record to the spill file; the error names the file (`None`: no spill file).
+    fn write_record(
+        &self,
+        info: SlotInfo<'_>,
+        bytes: &[u8],
+    ) -> Result<DiskRecord, Option<(std::io::Error, String)>> {
+        let mut disk = lock(&self.disk);
+        match disk.as_mut() {
+            None => Err(None),
+            Some((_, store)) => store
+                .write(info.id, info.meta, bytes)
+                .map_err(|e| Some((e, store.file_path().display().to_string()))),
+        }
+    }
+
+    fn disk_write_failed(&self, info: SlotInfo<'_>, error: Option<(std::io::Error, String)>) {
+        if let Some((error, file)) = error {
+            self.ledger.on_disk_write_error();
+            tracing::warn!(target: "burn_spill::engine", id = info.id, file, %error,
+                "spill-file write failed; the tensor stays on the host, over the host limit");
+        }
     }
 
     /// Counts one batched eviction of `tensors` tensors.
@@ -87,16 +158,7 @@ impl DeviceEngine {
             }
         };
         let start = Instant::now();
-        let written = {
-            let mut disk = lock(&self.disk);
-            match disk.as_mut() {
-                None => Err(None),
-                Some((_, store)) => store
-                    .write(info.id, info.meta, host.as_ref())
-                    .map_err(|e| Some((e, store.file_path().display().to_string()))),
-            }
-        };
-        match written {
+        match self.write_record(info, host.as_ref()) {
             Ok(record) => {
                 let mut state = slot.lock();
                 *state = Residency::Disk(record);
@@ -110,11 +172,7 @@ impl DeviceEngine {
             Err(error) => {
                 *slot.lock() = Residency::Host(host);
                 slot.notify_arrived();
-                if let Some((error, file)) = error {
-                    self.ledger.on_disk_write_error();
-                    tracing::warn!(target: "burn_spill::engine", id = info.id, file, %error,
-                        "spill-file write failed; the tensor stays on the host, over the host limit");
-                }
+                self.disk_write_failed(info, error);
                 false
             }
         }
@@ -298,7 +356,11 @@ impl DeviceEngine {
 
     pub(super) fn moved(&self, direction: Direction, info: SlotInfo<'_>, took: Duration) {
         self.ledger.on_move(direction, info.bytes, info.role, took);
-        tracing::debug!(target: "burn_spill::engine", id = info.id, bytes = info.bytes,
-            ?direction, micros = took.as_micros() as u64, "moved");
+        trace_move(direction, info, took);
     }
+}
+
+fn trace_move(direction: Direction, info: SlotInfo<'_>, took: Duration) {
+    tracing::debug!(target: "burn_spill::engine", id = info.id, bytes = info.bytes,
+        ?direction, micros = took.as_micros() as u64, "moved");
 }
