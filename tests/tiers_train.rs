@@ -113,6 +113,52 @@ fn the_host_tier_never_holds_more_than_its_limit() {
     }
 }
 
+/// Burn 0.21 initialises a `Param` on its first use, so a model's first step creates its
+/// parameters under the budget: ops that make a tensor from nothing (random, zeros, ones,
+/// arange, from_data) are sized from their shape and dtype before they run the first time, and
+/// none of them lands on a device with no room for it.
+#[test]
+fn lazily_initialised_parameters_are_sized_before_they_are_made() {
+    use burn::nn::{Linear, LinearConfig};
+    use burn::tensor::{Int, Tensor};
+    type Forward = SpillBackend<Flex>;
+    let _device = ExclusiveDevice::take();
+    let device = Default::default();
+    // Four 64x64 f32 weights of 16 KiB each; the budget has room for two.
+    let budget = 40 << 10;
+    SpillBackend::<Flex>::configure(&device, SpillConfig::default().device_budget_bytes(budget))
+        .unwrap();
+    let before = SpillBackend::<Flex>::stats(&device);
+    let layers: Vec<Linear<Forward>> = (0..4)
+        .map(|_| LinearConfig::new(64, 64).init(&device))
+        .collect();
+    assert_eq!(
+        SpillBackend::<Flex>::live(&device).tensors,
+        before.live_tensors,
+        "the parameters are not made yet"
+    );
+    let mut x = Tensor::<Forward, 2>::ones([1, 64], &device);
+    for layer in &layers {
+        x = layer.forward(x);
+    }
+    let positions = Tensor::<Forward, 1, Int>::arange(0..4096, &device);
+    let table = Tensor::<Forward, 2>::from_data([[0.5f32; 64]; 64], &device);
+    let zeros = Tensor::<Forward, 2>::zeros([64, 64], &device);
+    let stats = SpillBackend::<Flex>::stats(&device);
+    assert_eq!(
+        stats.estimate_misses - before.estimate_misses,
+        0,
+        "every created tensor was sized before it was made"
+    );
+    assert!(
+        stats.peak.device <= budget,
+        "device peak {} B over the budget {budget} B",
+        stats.peak.device
+    );
+    assert!(stats.device_to_host.count > before.device_to_host.count);
+    drop((x, positions, table, zeros, layers));
+}
+
 #[test]
 fn ledger_is_empty_after_a_budgeted_run() {
     let _device = ExclusiveDevice::take();

@@ -94,22 +94,34 @@ macro_rules! spill_note {
     (QParams, $x:expr, $op:ident) => {
         $op.input(&$x.scales)
     };
-    // What decides the size of a created tensor, so that its estimate is learned per size.
-    ({Shape}, $x:expr, $op:ident) => {
-        $op.hint(&$x.num_elements())
-    };
-    ({TensorData}, $x:expr, $op:ident) => {
-        $op.hint(&$x.bytes.len())
-    };
-    ({FloatDType}, $x:expr, $op:ident) => {
-        $op.hint(&$x)
-    };
-    ({IntDType}, $x:expr, $op:ident) => {
-        $op.hint(&$x)
-    };
-    ({BoolDType}, $x:expr, $op:ident) => {
-        $op.hint(&$x)
-    };
+    // What decides the size of a created tensor, so that its estimate is learned per size, and
+    // so that an op creating a tensor from nothing is sized from its shape and dtype before it
+    // runs the first time.
+    ({Shape}, $x:expr, $op:ident) => {{
+        $op.hint(&$x.num_elements());
+        $op.created_elements($x.num_elements() as u64)
+    }};
+    ({Range<i64>}, $x:expr, $op:ident) => {{
+        $op.hint(&(&$x.start, &$x.end));
+        // An upper bound for a stepped range.
+        $op.created_elements($x.end.saturating_sub($x.start).max(0) as u64)
+    }};
+    ({TensorData}, $x:expr, $op:ident) => {{
+        $op.hint(&$x.bytes.len());
+        $op.created_bytes($x.bytes.len() as u64)
+    }};
+    ({FloatDType}, $x:expr, $op:ident) => {{
+        $op.hint(&$x);
+        $op.created_dtype(::burn_backend::DType::from($x))
+    }};
+    ({IntDType}, $x:expr, $op:ident) => {{
+        $op.hint(&$x);
+        $op.created_dtype(::burn_backend::DType::from($x))
+    }};
+    ({BoolDType}, $x:expr, $op:ident) => {{
+        $op.hint(&$x);
+        $op.created_dtype(::burn_backend::DType::from($x))
+    }};
     // Ops that create tensors have no input to tell the device; their device argument does.
     ({&B::Device}, $x:expr, $op:ident) => {
         $op.device($x)

@@ -102,6 +102,24 @@ struct Recording {
     outputs: Vec<TapeEntry>,
 }
 
+/// What the arguments of an op that creates a tensor from nothing say of its size.
+#[derive(Default)]
+struct CreatedSize {
+    elements: Option<u64>,
+    element_bytes: Option<u64>,
+    bytes: Option<u64>,
+}
+
+impl CreatedSize {
+    /// The created tensor's bytes, where the arguments tell them.
+    fn bytes(&self) -> Option<u64> {
+        self.bytes.or_else(|| {
+            let (elements, size) = (self.elements?, self.element_bytes?);
+            Some(elements.saturating_mul(size))
+        })
+    }
+}
+
 pub(crate) struct OpScope<B: Backend> {
     name: &'static str,
     /// Set once an input or output lives on a device with a budget.
@@ -110,6 +128,8 @@ pub(crate) struct OpScope<B: Backend> {
     inputs: SmallVec<[OpInput; 4]>,
     /// Non-tensor arguments that decide the output size (shapes, dtypes, data lengths).
     hints: Option<FastHasher>,
+    /// The size those arguments give a tensor created from nothing.
+    created: CreatedSize,
     ticket: Option<OpTicket>,
     outputs: SmallVec<[OpOutput; 2]>,
     retired: SmallVec<[RetiredHandle<B>; 4]>,
@@ -123,6 +143,7 @@ impl<B: Backend> OpScope<B> {
             engine: None,
             inputs: SmallVec::new(),
             hints: None,
+            created: CreatedSize::default(),
             ticket: None,
             outputs: SmallVec::new(),
             retired: SmallVec::new(),
@@ -186,11 +207,33 @@ impl<B: Backend> OpScope<B> {
         value.hash(self.hints.get_or_insert_with(FastHasher::default));
     }
 
+    /// Notes the element count of the tensor a creating op makes (a shape, a range).
+    pub(crate) fn created_elements(&mut self, elements: u64) {
+        self.created.elements = Some(elements);
+    }
+
+    /// Notes the dtype of the tensor a creating op makes.
+    pub(crate) fn created_dtype(&mut self, dtype: DType) {
+        self.created.element_bytes = Some(dtype.size() as u64);
+    }
+
+    /// Notes the bytes of the data a creating op uploads.
+    pub(crate) fn created_bytes(&mut self, bytes: u64) {
+        self.created.bytes = Some(bytes);
+    }
+
     /// Makes room for the noted inputs and the estimated output.
     pub(crate) fn begin(&mut self) {
         if let Some(engine) = &self.engine {
             let hint = self.hints.as_ref().map_or(0, Hasher::finish);
-            self.ticket = engine.begin_op(self.name, &self.inputs, hint);
+            // An op with tensor inputs has its output size learnt from them; one that creates
+            // a tensor from nothing is sized by its arguments from the first call.
+            let known = self
+                .inputs
+                .is_empty()
+                .then(|| self.created.bytes())
+                .flatten();
+            self.ticket = engine.begin_op(self.name, &self.inputs, hint, known);
         }
     }
 

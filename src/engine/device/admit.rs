@@ -68,8 +68,16 @@ pub(super) const MAX_ESTIMATES: usize = 1 << 16;
 impl DeviceEngine {
     /// Pins `inputs` and evicts other tensors until the inputs that must be restored plus the
     /// estimated output fit the budget. `hint` folds in the non-tensor arguments that decide
-    /// the output size. Returns `None` when no budget is in force.
-    pub fn begin_op(&self, name: &'static str, inputs: &[OpInput], hint: u64) -> Option<OpTicket> {
+    /// the output size; `known_output` is the output's size where the arguments give it (an op
+    /// that creates a tensor from a shape and dtype), used until one is learnt. Returns `None`
+    /// when no budget is in force.
+    pub fn begin_op(
+        &self,
+        name: &'static str,
+        inputs: &[OpInput],
+        hint: u64,
+        known_output: Option<u64>,
+    ) -> Option<OpTicket> {
         let limits = self.limits();
         let budget = limits.budget?;
         let planning = limits.planning();
@@ -141,7 +149,7 @@ impl DeviceEngine {
         }
         let signature = hasher.finish();
         let learnt = lock(&self.estimates).get(&signature).copied();
-        let estimate = learnt.unwrap_or(largest);
+        let estimate = learnt.or(known_output).unwrap_or(largest);
         if input_bytes > budget && limits.strict {
             self.finish_pins(&ids);
             panic!(
