@@ -662,4 +662,63 @@ mod tests {
         assert_eq!(partial.get_device_budget(), DeviceBudget::Fraction(0.25));
         assert_eq!(partial.get_cache_ratio(), 1.0);
     }
+
+    /// Any string at all, and strings shaped like sizes, give a value or `None` /
+    /// a `SpillError` naming the variable: never a panic.
+    mod properties {
+        use super::super::*;
+        use proptest::prelude::*;
+
+        const VARIABLES: [&str; 5] = [ENV_PRESET, ENV_BUDGET, ENV_HOST_LIMIT, ENV_DIR, ENV_POLICY];
+
+        /// Strings near the accepted syntax, where parsers break: digits, dots, signs,
+        /// exponents, units, percent signs, spaces and a few non-ASCII characters.
+        fn size_like() -> impl Strategy<Value = String> {
+            "[ 0-9.eE+-]{0,24}[kKmMgGtTiIbB% \u{e9}\u{212a}\u{ff10}]{0,5}"
+        }
+
+        fn any_value() -> impl Strategy<Value = String> {
+            prop_oneof![any::<String>(), size_like(), "(?i)(unlimited|nan|inf|-inf)%?"]
+        }
+
+        proptest! {
+            #![proptest_config(ProptestConfig::with_cases(2048))]
+
+            #[test]
+            fn parse_bytes_never_panics(value in any_value()) {
+                if let Some(bytes) = parse_bytes(&value) {
+                    // A value it accepts starts with a digit or a dot, after spaces.
+                    let first = value.trim().chars().next();
+                    prop_assert!(first.is_some_and(|c| c.is_ascii_digit() || c == '.'), "{value:?} -> {bytes}");
+                }
+            }
+
+            #[test]
+            fn byte_counts_and_units_round_trip(n in any::<u64>(), shift in 0u32..5) {
+                prop_assert_eq!(parse_bytes(&n.to_string()), Some(n));
+                let unit = ["B", "KiB", "MiB", "GiB", "TiB"][shift as usize];
+                let expected = n.checked_mul(1 << (10 * shift));
+                prop_assert_eq!(parse_bytes(&format!(" {n} {unit} ")), expected);
+            }
+
+            #[test]
+            fn every_override_gives_a_config_or_an_error_naming_its_variable(
+                variable in proptest::sample::select(VARIABLES.to_vec()),
+                value in any_value(),
+            ) {
+                let lookup = |name: &str| (name == variable).then(|| value.clone());
+                match SpillConfig::default().with_overrides_from(lookup) {
+                    Ok(config) => {
+                        // What an override accepts, validation accepts too.
+                        prop_assert!(config.validate().is_ok(), "{variable}={value:?}");
+                    }
+                    Err(SpillError::InvalidValue { field, value: named, .. }) => {
+                        prop_assert_eq!(field, variable);
+                        prop_assert_eq!(named, value);
+                    }
+                    Err(other) => prop_assert!(false, "{variable}={value:?}: {other}"),
+                }
+            }
+        }
+    }
 }
