@@ -36,10 +36,11 @@ pub enum SpillError {
         backend: String,
     },
 
-    /// The spill directory could not be created or written.
+    /// The spill directory could not be created or written, or another user could tamper with
+    /// it.
     #[error(
-        "burn-spill: spill_dir {path:?} cannot be used: {source}; choose a writable directory \
-         (config `spill_dir` or BURN_SPILL_DIR)"
+        "burn-spill: spill_dir {path:?} cannot be used: {source}; choose a directory this user \
+         owns and can write (config `spill_dir` or BURN_SPILL_DIR)"
     )]
     SpillDir {
         /// The directory (or its parent) that failed.

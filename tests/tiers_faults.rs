@@ -15,18 +15,11 @@ use std::path::{Path, PathBuf};
 use burn::tensor::backend::Backend;
 use burn::tensor::{Device, Tensor, TensorData};
 use burn_spill::{SpillConfig, SpillError, Tier};
+use common::spill_file::{all_to_disk, find_record, id, tier};
 use common::{ExclusiveDevice, Plain, Spill, assert_same_data, input, panic_message};
 
 fn dev() -> Device<Spill> {
     Default::default()
-}
-
-fn tier(t: &Tensor<Spill, 2>) -> Tier {
-    t.clone().into_primitive().tensor().residency()
-}
-
-fn id(t: &Tensor<Spill, 2>) -> u64 {
-    t.clone().into_primitive().tensor().id()
 }
 
 fn read<B: Backend>(t: &Tensor<B, 2>) -> TensorData {
@@ -38,14 +31,6 @@ fn assert_same_tensors(plain: &[Tensor<Plain, 2>], spill: &[Tensor<Spill, 2>], w
     for (i, (p, s)) in plain.iter().zip(spill).enumerate() {
         assert_same_data(&read(p), &read(s), &format!("{what}: tensor {i}"));
     }
-}
-
-/// Budget 0, host limit 0: every tensor not used by the running op ends on disk after each op.
-fn all_to_disk(spill_dir: &Path) -> SpillConfig {
-    SpillConfig::default()
-        .device_budget_bytes(0)
-        .host_limit_bytes(0)
-        .spill_dir(spill_dir)
 }
 
 fn canonical(p: &Path) -> PathBuf {
@@ -161,34 +146,6 @@ fn failed_disk_writes_keep_tensors_on_the_host_and_lose_nothing() {
         assert_eq!(tier(t), Tier::Disk, "{name} ends on disk");
     }
     assert_same_tensors(&[pa, pb, pc, pd], &[a, b, c, d], "after the hook is spent");
-}
-
-/// Finds the one record of tensor `id` in the spill file: (record offset, payload offset,
-/// payload length). Layout (src/engine/disk.rs): magic (8) + id (8) + meta length (4) +
-/// payload length (8) + payload CRC32 (4) + meta CRC32 (4), then the meta, then the payload.
-fn find_record(bytes: &[u8], id: u64) -> (usize, usize, usize) {
-    let mut key = b"BSPILL01".to_vec();
-    key.extend_from_slice(&id.to_le_bytes());
-    let hits: Vec<usize> = bytes
-        .windows(key.len())
-        .enumerate()
-        .filter(|(_, w)| *w == key.as_slice())
-        .map(|(i, _)| i)
-        .collect();
-    assert_eq!(
-        hits.len(),
-        1,
-        "exactly one record of tensor {id} in the spill file"
-    );
-    let at = hits[0];
-    let meta_len = u32::from_le_bytes(bytes[at + 16..at + 20].try_into().unwrap()) as usize;
-    let payload_len = u64::from_le_bytes(bytes[at + 20..at + 28].try_into().unwrap()) as usize;
-    let payload = at + 36 + meta_len;
-    assert!(
-        payload + payload_len <= bytes.len(),
-        "the record lies inside the file"
-    );
-    (at, payload, payload_len)
 }
 
 #[test]

@@ -64,9 +64,11 @@ pub struct DiskStore {
 
 impl DiskStore {
     /// Creates a fresh private directory under `base` (created if missing) holding an empty
-    /// spill file. Fails if `base` cannot hold it or cannot be written.
+    /// spill file. Fails if `base` cannot hold it or cannot be written, and refuses a `base`
+    /// that another user could tamper with (see [`refuse_unsafe_base`]).
     pub fn create(base: &Path) -> io::Result<Self> {
         std::fs::create_dir_all(base)?;
+        refuse_unsafe_base(base)?;
         let dir = tempfile::Builder::new()
             .prefix("burn-spill-")
             .tempdir_in(base)?
@@ -344,6 +346,53 @@ fn open_private(path: &Path) -> io::Result<File> {
     #[cfg(unix)]
     std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
     options.open(path)
+}
+
+/// Refuses a base directory in which another user could rename burn-spill's private directory
+/// and plant one of their own in its place: one owned by another user (root aside), or one that
+/// others may write without the sticky bit (which `/tmp` has: there only a directory's owner may
+/// rename it). Symlinks are followed: what counts is the directory the spill directory lands in.
+/// The spill file itself is opened once, exclusively, and every read and write goes through
+/// that descriptor, so a symlink planted in its place later is never followed.
+#[cfg(unix)]
+fn refuse_unsafe_base(base: &Path) -> io::Result<()> {
+    use std::os::unix::fs::MetadataExt;
+    let meta = std::fs::metadata(base)?;
+    if !meta.is_dir() {
+        return Err(io::Error::new(
+            io::ErrorKind::NotADirectory,
+            "it is not a directory",
+        ));
+    }
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    let me = unsafe { libc::geteuid() };
+    if meta.uid() != me && meta.uid() != 0 {
+        return Err(io::Error::new(
+            io::ErrorKind::PermissionDenied,
+            format!(
+                "it is owned by uid {}, not by this user (uid {me}) or root, and its owner could \
+                 replace the spill files; use a directory this user owns",
+                meta.uid()
+            ),
+        ));
+    }
+    let mode = meta.mode() & 0o7777;
+    if mode & 0o022 != 0 && mode & 0o1000 == 0 {
+        return Err(io::Error::new(
+            io::ErrorKind::PermissionDenied,
+            format!(
+                "it is writable by other users (mode {mode:04o}) without the sticky bit, so any of \
+                 them could replace the spill files; use a directory only this user can write \
+                 (mode 0700 or 0755), or one with the sticky bit such as /tmp"
+            ),
+        ));
+    }
+    Ok(())
+}
+
+#[cfg(not(unix))]
+fn refuse_unsafe_base(_: &Path) -> io::Result<()> {
+    Ok(())
 }
 
 fn restrict_dir(dir: &Path) -> io::Result<()> {

@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 pub mod op_list;
+pub mod spill_file;
 
 use std::collections::BTreeSet;
 use std::panic::{AssertUnwindSafe, catch_unwind};
