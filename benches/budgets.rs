@@ -42,7 +42,15 @@ use common::trainers::{GptTrainer, ResNetTrainer, Trained, Trainer};
 use composition::{CompositionRow, Rounds};
 use criterion::Criterion;
 
-const BUDGETS_PERCENT: [u64; 4] = [100, 75, 50, 30];
+/// The budgets, in percent of the plain peak, and whether restores are verified
+/// (`SpillConfig::verify_restores`): its cost is the 30% row against the 30% verified row.
+const BUDGETS: [(u64, bool); 5] = [
+    (100, false),
+    (75, false),
+    (50, false),
+    (30, false),
+    (30, true),
+];
 
 /// One training step at a time, whatever the model.
 trait Stepper {
@@ -166,6 +174,7 @@ impl Model {
 struct Row {
     model: &'static str,
     percent: u64,
+    verified: bool,
     budget: u64,
     plain_peak: u64,
     spilled_peak: u64,
@@ -239,15 +248,20 @@ impl BackendTask for Suite<'_> {
             self.criterion
                 .benchmark_group(&group)
                 .bench_function("plain", |b| b.iter(|| plain.step()));
-            for percent in BUDGETS_PERCENT {
+            for (percent, verified) in BUDGETS {
                 let budget = plain_peak * percent / 100;
-                configure(SpillConfig::preset(model.preset()).device_budget_bytes(budget));
+                configure(
+                    SpillConfig::preset(model.preset())
+                        .device_budget_bytes(budget)
+                        .verify_restores(verified),
+                );
                 for _ in 0..self.warmup {
                     spilled.step();
                 }
+                let bench = format!("spill_{percent}{}", if verified { "_verified" } else { "" });
                 self.criterion
                     .benchmark_group(&group)
-                    .bench_function(format!("spill_{percent}"), |b| b.iter(|| spilled.step()));
+                    .bench_function(&bench, |b| b.iter(|| spilled.step()));
                 SpillBackend::<B>::reset_peaks(&device);
                 let before = SpillBackend::<B>::stats(&device).device_to_host.bytes;
                 let paired_ratio = paired_ratio(&mut *plain, &mut *spilled, self.rounds);
@@ -255,12 +269,13 @@ impl BackendTask for Suite<'_> {
                 rows.push(Row {
                     model: name,
                     percent,
+                    verified,
                     budget,
                     plain_peak,
                     spilled_peak: stats.peak.device,
                     moved_per_step: (stats.device_to_host.bytes - before) / self.rounds as u64,
                     paired_ratio,
-                    criterion_ratio: mean_ns(&format!("{group}/spill_{percent}"))
+                    criterion_ratio: mean_ns(&format!("{group}/{bench}"))
                         .zip(mean_ns(&format!("{group}/plain")))
                         .map(|(s, p)| s / p),
                 });
@@ -377,9 +392,10 @@ fn main() {
     println!("|---|---:|---:|---:|---:|---:|---:|---:|");
     for r in &rows {
         println!(
-            "| {} | {}% | {} | {} | {} | {} | {:.3} | {} |",
+            "| {} | {}%{} | {} | {} | {} | {} | {:.3} | {} |",
             r.model,
             r.percent,
+            if r.verified { " verified" } else { "" },
             bytes(r.budget),
             bytes(r.plain_peak),
             bytes(r.spilled_peak),

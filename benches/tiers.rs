@@ -185,9 +185,10 @@ impl Samples {
     }
 }
 
-fn configure(base: &Path, host_limit: Option<u64>) {
+fn configure(base: &Path, host_limit: Option<u64>, verify_restores: bool) {
     let config = SpillConfig::default()
         .device_budget_bytes(0)
+        .verify_restores(verify_restores)
         .spill_dir(base);
     let config = match host_limit {
         Some(limit) => config.host_limit_bytes(limit),
@@ -407,7 +408,7 @@ fn main() {
 
     // Host tier: budget 0, host unlimited. The tensor is spilled to host right after the op that
     // creates it; each use restores it and spills it again.
-    configure(base.path(), None);
+    configure(base.path(), None, false);
     for mib in SIZES_MIB {
         let bytes = mib * MIB;
         let (t, src) = tensor_and_bytes(bytes);
@@ -439,9 +440,20 @@ fn main() {
         group.finish();
     }
 
+    // The host tier again with restores verified (`SpillConfig::verify_restores`): a CRC32 of
+    // the host copy at eviction and another before the upload.
+    configure(base.path(), None, true);
+    for mib in SIZES_MIB {
+        let (t, src) = tensor_and_bytes(mib * MIB);
+        for mut row in paired_host(mib, &t, &src, warmup, rounds) {
+            row.tier = "host, verified";
+            rows.push(row);
+        }
+    }
+
     // Disk tier: budget 0, host limit 0. Each use restores the tensor from disk and the settle
-    // after the op spills it to host (a copy) and on to disk.
-    configure(base.path(), Some(0));
+    // after the op copies it off the device and writes it straight to disk.
+    configure(base.path(), Some(0), false);
     let mut file = BaselineFile::create(base.path());
     for mib in SIZES_MIB {
         let bytes = mib * MIB;

@@ -116,6 +116,7 @@ pub struct SpillConfig {
     prefetch_window: usize,
     tape_resample_steps: u64,
     asynchronous: bool,
+    verify_restores: bool,
     pool_cleanup_margin_bytes: Option<u64>,
 }
 
@@ -134,6 +135,7 @@ impl Default for SpillConfig {
             prefetch_window: 0,
             tape_resample_steps: 100,
             asynchronous: true,
+            verify_restores: VERIFY_RESTORES_DEFAULT,
             pool_cleanup_margin_bytes: None,
         }
     }
@@ -149,6 +151,11 @@ pub const ENV_DIR: &str = "BURN_SPILL_DIR";
 pub const ENV_POLICY: &str = "BURN_SPILL_POLICY";
 /// Preset override (applied first, so the other variables win over it).
 pub const ENV_PRESET: &str = "BURN_SPILL_PRESET";
+/// Environment variable overriding [`SpillConfig::verify_restores`].
+pub const ENV_VERIFY: &str = "BURN_SPILL_VERIFY";
+
+/// Whether restores are verified unless the config says otherwise.
+const VERIFY_RESTORES_DEFAULT: bool = false;
 
 impl SpillConfig {
     /// A config starting from `preset`'s numbers, with an unlimited budget.
@@ -278,6 +285,23 @@ impl SpillConfig {
     /// See [`asynchronous`](Self::asynchronous).
     pub fn is_asynchronous(&self) -> bool {
         self.asynchronous
+    }
+
+    /// Whether every restore checks the tensor's bytes against a CRC32 taken when they left the
+    /// device, from any tier: a host copy is checksummed at eviction and checked before it is
+    /// uploaded again or written to disk (spill-file records carry their own CRC32, always
+    /// checked). A mismatch panics naming the tensor id, the tier and where the bytes were.
+    /// The device copy an upload makes is not read back. `BURN_SPILL_VERIFY` (`1`/`0`,
+    /// `true`/`false`, `on`/`off`) overrides it. Its cost is one pass over the bytes at
+    /// eviction and one at restore; see the README for the measured figures.
+    pub fn verify_restores(mut self, on: bool) -> Self {
+        self.verify_restores = on;
+        self
+    }
+
+    /// See [`verify_restores`](Self::verify_restores).
+    pub fn is_verifying_restores(&self) -> bool {
+        self.verify_restores
     }
 
     /// On backends whose allocator reports its pool (CubeCL: wgpu, CUDA), free pages are
@@ -436,6 +460,9 @@ impl SpillConfig {
         if let Some(v) = get(ENV_POLICY) {
             self.policy = v.parse().map_err(|e| rename(e, ENV_POLICY))?;
         }
+        if let Some(v) = get(ENV_VERIFY) {
+            self.verify_restores = parse_switch(ENV_VERIFY, &v)?;
+        }
         Ok(self)
     }
 }
@@ -482,6 +509,18 @@ fn check_fraction(budget: DeviceBudget) -> Option<DeviceBudget> {
     match budget {
         DeviceBudget::Fraction(f) if f > 0.0 && f <= 1.0 => Some(budget),
         _ => None,
+    }
+}
+
+fn parse_switch(field: &'static str, value: &str) -> Result<bool, SpillError> {
+    match value.trim().to_ascii_lowercase().as_str() {
+        "1" | "true" | "on" | "yes" => Ok(true),
+        "0" | "false" | "off" | "no" => Ok(false),
+        _ => Err(SpillError::InvalidValue {
+            field,
+            value: value.to_string(),
+            accepted: "`1`, `true`, `on` or `yes` to turn it on; `0`, `false`, `off` or `no` to turn it off",
+        }),
     }
 }
 
@@ -669,7 +708,14 @@ mod tests {
         use super::super::*;
         use proptest::prelude::*;
 
-        const VARIABLES: [&str; 5] = [ENV_PRESET, ENV_BUDGET, ENV_HOST_LIMIT, ENV_DIR, ENV_POLICY];
+        const VARIABLES: [&str; 6] = [
+            ENV_PRESET,
+            ENV_BUDGET,
+            ENV_HOST_LIMIT,
+            ENV_DIR,
+            ENV_POLICY,
+            ENV_VERIFY,
+        ];
 
         /// Strings near the accepted syntax, where parsers break: digits, dots, signs,
         /// exponents, units, percent signs, spaces and a few non-ASCII characters.
@@ -678,7 +724,11 @@ mod tests {
         }
 
         fn any_value() -> impl Strategy<Value = String> {
-            prop_oneof![any::<String>(), size_like(), "(?i)(unlimited|nan|inf|-inf)%?"]
+            prop_oneof![
+                any::<String>(),
+                size_like(),
+                "(?i) ?(unlimited|nan|inf|-inf|on|off|true|no|1|0)%? ?"
+            ]
         }
 
         proptest! {

@@ -156,8 +156,16 @@ fn a_symlink_planted_in_place_of_the_spill_file_is_never_followed() {
     assert_same_data(&plain.clone().into_data(), &t.clone().into_data(), "read");
     let u = t.clone() * 2.0;
     assert_eq!(tier(&u), Tier::Disk);
-    assert_same_data(&(plain * 2.0).into_data(), &u.clone().into_data(), "new record");
-    assert_eq!(std::fs::read(&decoy).unwrap(), forged, "the decoy is untouched");
+    assert_same_data(
+        &(plain * 2.0).into_data(),
+        &u.clone().into_data(),
+        "new record",
+    );
+    assert_eq!(
+        std::fs::read(&decoy).unwrap(),
+        forged,
+        "the decoy is untouched"
+    );
 
     // Removing the spill directory removes the link, not what it points to.
     let dir = file.parent().unwrap().to_path_buf();

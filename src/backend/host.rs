@@ -112,6 +112,16 @@ impl HostTensor {
     }
 }
 
+impl HostTensor {
+    /// The bytes of a buffer of its own, writable (`None` for a batch slice).
+    pub(crate) fn own_bytes_mut(&mut self) -> Option<&mut [u8]> {
+        match &mut *self.0 {
+            HostBytes::Own(data) => Some(&mut data.bytes),
+            HostBytes::Shared { .. } => None,
+        }
+    }
+}
+
 impl AsRef<[u8]> for HostTensor {
     fn as_ref(&self) -> &[u8] {
         match &*self.0 {

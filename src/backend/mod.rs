@@ -117,6 +117,7 @@ impl<B: Backend> SpillBackend<B> {
             policy: config.get_policy(),
             prefetch_window: u32::try_from(config.get_prefetch_window()).unwrap_or(u32::MAX),
             asynchronous: config.is_asynchronous(),
+            verify_restores: config.is_verifying_restores(),
             pool_margin: config
                 .get_pool_cleanup_margin_bytes()
                 .unwrap_or_else(|| crate::policy::pool::default_margin(budget.unwrap_or(0))),

@@ -594,6 +594,25 @@ impl<B: Backend> SpillTensor<B> {
         self.handle.engine.quiesce();
         self.handle.tier()
     }
+
+    /// Test hook: changes this tensor's host copy as faulty memory would, so that tests can
+    /// show a restore catching it (`SpillConfig::verify_restores`). A buffer of its own gets one
+    /// byte flipped; a slice of a batch buffer, which its batch shares read-only, gets the
+    /// checksum it is checked against flipped instead (the check sees the two the same way).
+    /// Returns false when the tensor is not on the host.
+    #[doc(hidden)]
+    pub fn corrupt_host_copy_for_tests(&self) -> bool {
+        self.handle.engine.quiesce();
+        let mut state = self.handle.state.lock();
+        let Residency::Host { copy, crc } = &mut *state else {
+            return false;
+        };
+        match copy.own_bytes_mut() {
+            Some(bytes) if !bytes.is_empty() => bytes[bytes.len() / 2] ^= 0x10,
+            _ => *crc = crc.map(|c| c ^ 0x10),
+        }
+        true
+    }
 }
 
 /// An emptied handle whose bytes an op consumed. Keeping it alive keeps those bytes counted on

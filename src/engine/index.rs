@@ -33,7 +33,11 @@ pub trait Spillable: Send + Sync {
     /// Evicts the tensors of `batch` (this one among them) to the host in one transfer where
     /// the adapter can: one read of them all, one contiguous host buffer. Returns, in order,
     /// where each went (as [`evict`](Self::evict)). The default moves them one by one.
-    fn evict_batch(&self, batch: &[Arc<dyn Spillable>], engine: &DeviceEngine) -> Vec<Option<Tier>> {
+    fn evict_batch(
+        &self,
+        batch: &[Arc<dyn Spillable>],
+        engine: &DeviceEngine,
+    ) -> Vec<Option<Tier>> {
         batch.iter().map(|v| v.evict(engine)).collect()
     }
     /// The tensor as `Any`, so that an adapter can find its own handles in a batch.

@@ -7,6 +7,7 @@
 pub mod device;
 pub mod disk;
 pub mod index;
+pub(crate) mod integrity;
 pub mod ledger;
 pub(crate) mod pool;
 pub mod queues;

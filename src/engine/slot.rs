@@ -37,8 +37,14 @@ impl Tier {
 pub enum Residency<D, H> {
     /// On the device.
     Device(D),
-    /// In a host buffer.
-    Host(H),
+    /// In a host buffer, with the checksum taken when it left the device (when restores are
+    /// verified).
+    Host {
+        /// The bytes.
+        copy: H,
+        /// Their CRC32 at eviction.
+        crc: Option<u32>,
+    },
     /// In the spill file.
     Disk(DiskRecord),
     /// Being moved by a transfer worker, which holds the bytes; `from` still counts them.
@@ -55,7 +61,7 @@ impl<D, H> Residency<D, H> {
     pub fn tier(&self) -> Option<Tier> {
         match self {
             Residency::Device(_) => Some(Tier::Device),
-            Residency::Host(_) => Some(Tier::Host),
+            Residency::Host { .. } => Some(Tier::Host),
             Residency::Disk(_) => Some(Tier::Disk),
             Residency::InFlight { from } => Some(*from),
             Residency::Taken => None,

@@ -63,4 +63,3 @@ pub fn find_record(bytes: &[u8], id: u64) -> (usize, usize, usize) {
     );
     (at, payload, payload_len)
 }
-

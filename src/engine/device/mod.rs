@@ -68,6 +68,9 @@ pub struct Limits {
     /// Free pages go back to the driver once the inner pool reserves this many bytes beyond
     /// those in use (where the backend reports its pool).
     pub pool_margin: u64,
+    /// Whether host copies are checksummed at eviction and checked when they leave the host
+    /// (see [`crate::engine::integrity`]).
+    pub verify_restores: bool,
 }
 
 impl Limits {

@@ -5,6 +5,7 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use crate::engine::disk::DiskRecord;
+use crate::engine::integrity::{Place, check_host_copy, checksum};
 use crate::engine::ledger::Direction;
 use crate::engine::slot::{Residency, Slot, SlotInfo, TensorId, Tier};
 
@@ -75,13 +76,32 @@ impl DeviceEngine {
         if !matches!(*state, Residency::Device(_)) {
             return None;
         }
-        let limit = self.limits().host_limit;
+        let limits = self.limits();
+        let limit = limits.host_limit;
+        let may_stay = may_stay_on_host || limit.is_none();
+        let checked = |host: &H| limits.verify_restores.then(|| checksum(host.as_ref()));
+        // The checksum is part of the move's time. It is not taken for bytes that will not fit
+        // the host (a spill record has its own).
+        let room = limit.map_or(u64::MAX, |l| {
+            l.saturating_sub(self.ledger.resident(Tier::Host))
+        });
+        let (crc, took) = if may_stay && room >= info.bytes {
+            let start = Instant::now();
+            let crc = checked(&host);
+            (crc, took + start.elapsed())
+        } else {
+            (None, took)
+        };
         // The ledger moves with the state, under its lock, so no other move of this tensor
         // can be counted in between.
-        if (may_stay_on_host || limit.is_none())
-            && self.ledger.try_evict_to_host(info.bytes, info.role, took, limit)
+        if may_stay
+            && self
+                .ledger
+                .try_evict_to_host(info.bytes, info.role, took, limit)
         {
-            let device = std::mem::replace(&mut *state, Residency::Host(host));
+            // Another thread may have freed the room the checksum was skipped for.
+            let crc = crc.or_else(|| checked(&host));
+            let device = std::mem::replace(&mut *state, Residency::Host { copy: host, crc });
             drop(state);
             trace_move(Direction::DeviceToHost, info, took);
             // Freeing the device tensor is not part of the move's time.
@@ -104,7 +124,8 @@ impl DeviceEngine {
             }
             Err(error) => {
                 self.disk_write_failed(info, error);
-                let device = std::mem::replace(&mut *state, Residency::Host(host));
+                let crc = crc.or_else(|| checked(&host));
+                let device = std::mem::replace(&mut *state, Residency::Host { copy: host, crc });
                 self.ledger
                     .try_evict_to_host(info.bytes, info.role, took, None);
                 drop(state);
@@ -144,13 +165,15 @@ impl DeviceEngine {
 
     /// Host to disk. The buffer is taken out (the slot is in flight meanwhile) and written
     /// without the tensor's lock. A write error puts it back on the host (over the host limit).
+    /// A host copy that no longer matches its checksum from eviction is not written: it stays
+    /// on the host, and the op that restores it reports the mismatch.
     pub fn demote_slot<D, H: AsRef<[u8]>>(&self, slot: &Slot<D, H>, info: SlotInfo<'_>) -> bool {
-        let host = {
+        let (host, crc) = {
             let Some(mut state) = slot.try_lock() else {
                 return false;
             };
             match std::mem::replace(&mut *state, Residency::InFlight { from: Tier::Host }) {
-                Residency::Host(host) => host,
+                Residency::Host { copy, crc } => (copy, crc),
                 other => {
                     *state = other;
                     return false;
@@ -158,7 +181,34 @@ impl DeviceEngine {
             }
         };
         let start = Instant::now();
-        match self.write_record(info, host.as_ref()) {
+        let written = self.write_record(info, host.as_ref()).map(|record| {
+            // The record's checksum is the bytes' as written: they must still be those that
+            // left the device.
+            let file = self.spill_file().unwrap_or_default();
+            let place = Place::OnTheWayToDisk {
+                file: &file.display().to_string(),
+                offset: record.offset,
+            };
+            match check_host_copy(info.id, crc, host.as_ref(), Some(record.crc), place) {
+                Ok(()) => Ok(record),
+                Err(mismatch) => {
+                    self.free_record(&record);
+                    Err(mismatch)
+                }
+            }
+        });
+        let written = match written {
+            Ok(Err(mismatch)) => {
+                tracing::error!(target: "burn_spill::engine", id = info.id, %mismatch,
+                    "a host copy changed while spilled; it stays on the host and its restore will fail");
+                *slot.lock() = Residency::Host { copy: host, crc };
+                slot.notify_arrived();
+                return false;
+            }
+            Ok(Ok(record)) => Ok(record),
+            Err(error) => Err(error),
+        };
+        match written {
             Ok(record) => {
                 let mut state = slot.lock();
                 *state = Residency::Disk(record);
@@ -170,7 +220,7 @@ impl DeviceEngine {
                 true
             }
             Err(error) => {
-                *slot.lock() = Residency::Host(host);
+                *slot.lock() = Residency::Host { copy: host, crc };
                 slot.notify_arrived();
                 self.disk_write_failed(info, error);
                 false
@@ -218,7 +268,7 @@ impl DeviceEngine {
     /// # Panics
     /// When a spill record cannot be read or fails its checksum: the panic names the tensor id,
     /// the file and the offset. The record is kept, so nothing is overwritten.
-    pub fn restore_slot<D, H: AsMut<[u8]>>(
+    pub fn restore_slot<D, H: AsRef<[u8]> + AsMut<[u8]>>(
         &self,
         slot: &mut Residency<D, H>,
         info: SlotInfo<'_>,
@@ -227,8 +277,14 @@ impl DeviceEngine {
     ) -> bool {
         let start = Instant::now();
         let moved = match std::mem::replace(slot, Residency::Taken) {
-            Residency::Host(host) => {
-                *slot = Residency::Device(upload(host));
+            Residency::Host { copy, crc } => {
+                if let Err(mismatch) =
+                    check_host_copy(info.id, crc, copy.as_ref(), None, Place::Host)
+                {
+                    *slot = Residency::Host { copy, crc };
+                    panic!("burn-spill: {mismatch}");
+                }
+                *slot = Residency::Device(upload(copy));
                 self.moved(Direction::HostToDevice, info, start.elapsed());
                 true
             }
@@ -259,7 +315,7 @@ impl DeviceEngine {
     /// in flight, and an op that needs them waits), copied without the tensor's lock, and put
     /// in as a device payload. A record that cannot be read goes back to disk untouched: the op
     /// that needs it then reports the error.
-    pub fn prefetch_slot<D, H: AsMut<[u8]>>(
+    pub fn prefetch_slot<D, H: AsRef<[u8]> + AsMut<[u8]>>(
         &self,
         slot: &Slot<D, H>,
         info: SlotInfo<'_>,
@@ -269,7 +325,7 @@ impl DeviceEngine {
         let taken = {
             let mut state = slot.lock();
             let from = match &*state {
-                Residency::Host(_) => Tier::Host,
+                Residency::Host { .. } => Tier::Host,
                 Residency::Disk(_) => Tier::Disk,
                 _ => return false,
             };
@@ -277,7 +333,18 @@ impl DeviceEngine {
         };
         let start = Instant::now();
         let (host, record) = match taken {
-            Residency::Host(host) => (host, None),
+            Residency::Host { copy, crc } => {
+                if let Err(mismatch) =
+                    check_host_copy(info.id, crc, copy.as_ref(), None, Place::Host)
+                {
+                    tracing::warn!(target: "burn_spill::transfer", id = info.id, %mismatch,
+                        "prefetch found a host copy changed while spilled; the op needing it will report it");
+                    *slot.lock() = Residency::Host { copy, crc };
+                    slot.notify_arrived();
+                    return false;
+                }
+                (copy, None)
+            }
             Residency::Disk(record) => {
                 let mut host = alloc(record.payload_len as usize);
                 if let Err(error) = self.read_record(&record, info, host.as_mut()) {
@@ -337,7 +404,7 @@ impl DeviceEngine {
         }
         let tier = match slot {
             Residency::Device(_) | Residency::Taken => Tier::Device,
-            Residency::Host(_) => Tier::Host,
+            Residency::Host { .. } => Tier::Host,
             Residency::InFlight { from } => from,
             Residency::Disk(record) => {
                 self.free_record(&record);
