@@ -25,7 +25,8 @@
 //! The root holds what a training loop needs: the backend and its handle, [`SpillConfig`] and
 //! its presets, [`SpillStats`], [`SpillError`], the step markers ([`SpillBackend::step`]) and
 //! burn-train's marked strategy ([`WithSpillSteps`]). The recorded steps and their analysis are
-//! in [`tape`]; the use plan, the victim policies and offline replay in [`policy`].
+//! in [`tape`]; the use plan, the victim policies and offline replay in [`policy`]; checking a
+//! program of your own against the plain backend, bit for bit, in [`verify`].
 
 #![warn(missing_docs)]
 
@@ -37,6 +38,7 @@ mod fast_hash;
 pub mod policy;
 mod stats;
 pub mod tape;
+pub use backend::verify;
 
 pub use backend::learner::{SpillSteps, SpillStrategy, WithSpillSteps};
 pub use backend::tensor::{SpillTensor, TensorKind};

@@ -126,7 +126,59 @@ pub struct PoolStats {
     pub returned_bytes: u64,
 }
 
+impl MoveStats {
+    /// The moves counted since `earlier`.
+    pub fn since(&self, earlier: &MoveStats) -> MoveStats {
+        MoveStats {
+            count: self.count.saturating_sub(earlier.count),
+            bytes: self.bytes.saturating_sub(earlier.bytes),
+            time: self.time.saturating_sub(earlier.time),
+        }
+    }
+}
+
 impl SpillStats {
+    /// What happened since `earlier` (a snapshot of the same device): the counters (moves,
+    /// over-budget ops, estimate misses, write errors, times, prefetches, batches) as
+    /// differences; the limits, the resident bytes, the peaks and the rest as they are now.
+    ///
+    /// ```
+    /// use burn::backend::Flex;
+    /// use burn_spill::SpillBackend;
+    /// let device = Default::default();
+    /// let before = SpillBackend::<Flex>::stats(&device);
+    /// // ... train ...
+    /// let run = SpillBackend::<Flex>::stats(&device).since(&before);
+    /// assert_eq!(run.device_to_host.count, 0);
+    /// ```
+    pub fn since(&self, earlier: &SpillStats) -> SpillStats {
+        SpillStats {
+            device_to_host: self.device_to_host.since(&earlier.device_to_host),
+            host_to_device: self.host_to_device.since(&earlier.host_to_device),
+            host_to_disk: self.host_to_disk.since(&earlier.host_to_disk),
+            disk_to_device: self.disk_to_device.since(&earlier.disk_to_device),
+            over_budget_ops: self.over_budget_ops.saturating_sub(earlier.over_budget_ops),
+            estimate_misses: self.estimate_misses.saturating_sub(earlier.estimate_misses),
+            disk_write_errors: self
+                .disk_write_errors
+                .saturating_sub(earlier.disk_write_errors),
+            time_moving: self.time_moving.saturating_sub(earlier.time_moving),
+            stall_time: self.stall_time.saturating_sub(earlier.stall_time),
+            prefetch_hits: self.prefetch_hits.saturating_sub(earlier.prefetch_hits),
+            prefetch_misses: self.prefetch_misses.saturating_sub(earlier.prefetch_misses),
+            prefetches_issued: self
+                .prefetches_issued
+                .saturating_sub(earlier.prefetches_issued),
+            eviction_batches: self
+                .eviction_batches
+                .saturating_sub(earlier.eviction_batches),
+            batched_evictions: self
+                .batched_evictions
+                .saturating_sub(earlier.batched_evictions),
+            ..self.clone()
+        }
+    }
+
     /// `prefetch_hits / (prefetch_hits + prefetch_misses)`, or `None` when no spilled tensor
     /// was read.
     pub fn prefetch_hit_rate(&self) -> Option<f64> {

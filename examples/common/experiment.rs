@@ -15,6 +15,7 @@ use burn::backend::Autodiff;
 use burn::tensor::TensorData;
 use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn_spill::tape::{StepTape, TapeFormat};
+use burn_spill::verify::{self, Snapshot, VerifyReport};
 use burn_spill::{PolicyKind, Preset, SpillBackend, SpillConfig, SpillError, SpillStats};
 
 use super::backends::BackendTask;
@@ -67,11 +68,11 @@ pub trait Workload {
 pub struct Verification {
     pub steps_compared: usize,
     pub losses_match: bool,
-    /// The first step whose losses differ: (step, plain, spilled).
-    pub first_loss_mismatch: Option<(usize, f32, f32)>,
+    /// The first step whose losses differ, with both values.
+    pub first_loss_mismatch: Option<String>,
     pub parameters_compared: usize,
     pub parameters_match: bool,
-    /// What differs in the first parameter tensor that does.
+    /// The first parameter tensor that differs, and how.
     pub first_parameter_mismatch: Option<String>,
 }
 
@@ -246,65 +247,40 @@ fn configure<B: Backend>(device: &B::Device, config: SpillConfig) {
     }
 }
 
+/// The library's own comparison (`burn_spill::verify`), over the losses step by step and the
+/// final parameters tensor by tensor.
 fn compare(
     plain: &RunLog,
     spilled: &RunLog,
     plain_params: &[TensorData],
     spilled_params: &[TensorData],
 ) -> Verification {
-    let first_loss_mismatch = plain
-        .losses
-        .iter()
-        .zip(&spilled.losses)
-        .enumerate()
-        .find(|(_, (p, s))| p.to_bits() != s.to_bits())
-        .map(|(step, (p, s))| (step, *p, *s));
-    let losses_match = first_loss_mismatch.is_none() && plain.losses.len() == spilled.losses.len();
-    let first_parameter_mismatch = if plain_params.len() != spilled_params.len() {
-        Some(format!(
-            "{} parameter tensors plain, {} spilled",
-            plain_params.len(),
-            spilled_params.len()
-        ))
-    } else {
-        plain_params
-            .iter()
-            .zip(spilled_params)
-            .enumerate()
-            .find_map(|(i, (p, s))| describe_difference(p, s).map(|d| format!("tensor {i}: {d}")))
+    let losses = |log: &RunLog| {
+        let mut snapshot = Snapshot::new();
+        for (step, loss) in log.losses.iter().enumerate() {
+            snapshot.data(
+                format!("loss at step {step}"),
+                TensorData::new(vec![*loss], [1]),
+            );
+        }
+        snapshot
     };
+    let parameters = |tensors: &[TensorData]| {
+        let mut snapshot = Snapshot::new();
+        for (i, data) in tensors.iter().enumerate() {
+            snapshot.data(format!("parameter tensor {i}"), data.clone());
+        }
+        snapshot
+    };
+    let losses = verify::compare(&losses(plain), &losses(spilled));
+    let parameters = verify::compare(&parameters(plain_params), &parameters(spilled_params));
+    let describe = |report: &VerifyReport| report.first_difference.as_ref().map(|d| d.to_string());
     Verification {
-        steps_compared: plain.losses.len().min(spilled.losses.len()),
-        losses_match,
-        first_loss_mismatch,
-        parameters_compared: plain_params.len(),
-        parameters_match: first_parameter_mismatch.is_none(),
-        first_parameter_mismatch,
+        steps_compared: losses.compared,
+        losses_match: losses.is_identical(),
+        first_loss_mismatch: describe(&losses),
+        parameters_compared: parameters.compared,
+        parameters_match: parameters.is_identical(),
+        first_parameter_mismatch: describe(&parameters),
     }
-}
-
-/// `None` when the two tensors are the same bits; otherwise what differs.
-fn describe_difference(plain: &TensorData, spilled: &TensorData) -> Option<String> {
-    if plain.dtype != spilled.dtype || plain.shape != spilled.shape {
-        return Some(format!(
-            "{:?} {:?} plain, {:?} {:?} spilled",
-            plain.dtype, plain.shape, spilled.dtype, spilled.shape
-        ));
-    }
-    if plain.as_bytes() == spilled.as_bytes() {
-        return None;
-    }
-    let width = plain.dtype.size();
-    let differing = plain
-        .as_bytes()
-        .chunks(width)
-        .zip(spilled.as_bytes().chunks(width))
-        .filter(|(p, s)| p != s)
-        .count();
-    Some(format!(
-        "{differing} of {} elements of {:?} {:?} differ",
-        plain.num_elements(),
-        plain.dtype,
-        plain.shape
-    ))
 }

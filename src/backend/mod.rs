@@ -12,6 +12,7 @@ pub(crate) mod op_scope;
 mod ops;
 pub(crate) mod queues;
 pub(crate) mod tensor;
+pub mod verify;
 
 use std::fmt;
 use std::marker::PhantomData;
