@@ -18,7 +18,7 @@ mod common;
 use clap::Parser;
 use common::backends::run_on;
 use common::cli::{self, SpillArgs};
-use common::experiment::{Experiment, Workload};
+use common::experiment::{Experiment, Workload, run_only_side};
 use common::learner::{train_resnet, train_resnet_marked};
 use common::report::{RunDescription, finish};
 use common::resnet_model::{DEPTHS, ResNetConfig};
@@ -138,6 +138,9 @@ fn main() {
         batch: cli.batch as usize,
     };
     let steps = cli.steps as usize;
+    if run_only_side(&run, &cli.spill, steps) {
+        return;
+    }
     let outcome = run_on(
         cli.spill.backend,
         cli.spill.pool_pages,

@@ -16,7 +16,7 @@ mod common;
 use clap::Parser;
 use common::backends::run_on;
 use common::cli::{self, SpillArgs};
-use common::experiment::{Experiment, Workload};
+use common::experiment::{Experiment, Workload, run_only_side};
 use common::gpt_model::GptConfig;
 use common::report::{RunDescription, finish};
 use common::step_log::StepLog;
@@ -136,6 +136,9 @@ fn main() {
         batch: cli.batch as usize,
     };
     let steps = cli.steps as usize;
+    if run_only_side(&run, &cli.spill, steps) {
+        return;
+    }
     let outcome = run_on(
         cli.spill.backend,
         cli.spill.pool_pages,

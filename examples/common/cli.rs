@@ -59,6 +59,12 @@ pub struct SpillArgs {
     /// Write one spilled step as a Chrome/Perfetto trace here (open it in ui.perfetto.dev).
     #[arg(long, value_parser = parse_output_file)]
     pub trace: Option<PathBuf>,
+
+    /// Run one side alone, every step, and print its losses (and the spilled side's stats) as
+    /// one JSON line: plain or spilled. For memory-capped runs, where each side needs a process
+    /// of its own; the spilled side then needs `--budget` and `--host-limit` in bytes.
+    #[arg(long, value_parser = super::experiment::Side::parse)]
+    pub only: Option<super::experiment::Side>,
 }
 
 impl SpillArgs {

@@ -148,26 +148,13 @@ impl<W: Workload> BackendTask for Experiment<'_, W> {
         let plain_peak = measure_plain_peak::<B, W>(workload, &device, steps.min(PEAK_STEPS));
         SpillBackend::<B>::memory_cleanup(&device);
 
-        let preset = args.preset.unwrap_or_else(|| workload.preset());
-        let budget = args.budget.resolve(plain_peak);
-        let host_limit = args.host_limit.resolve(plain_peak);
-        let mut config = SpillConfig::preset(preset);
-        if let Some(policy) = args.policy {
-            config = config.policy(policy);
-        }
-        // The preset's policy unless `--policy` overrides it.
-        let policy = config.get_policy();
-        config = match budget {
-            Some(bytes) => config.device_budget_bytes(bytes),
-            None => config.device_budget(burn_spill::DeviceBudget::Unlimited),
-        };
-        config = match host_limit {
-            Some(bytes) => config.host_limit_bytes(bytes),
-            None => config.unlimited_host(),
-        };
-        if let Some(dir) = &args.spill_dir {
-            config = config.spill_dir(dir);
-        }
+        let SpilledConfig {
+            config,
+            preset,
+            policy,
+            budget,
+            host_limit,
+        } = spilled_config(args, workload.preset(), plain_peak);
         configure::<B>(&device, config);
 
         let marker = device.clone();
@@ -216,6 +203,156 @@ impl<W: Workload> BackendTask for Experiment<'_, W> {
             stats,
             verify,
             tape,
+        }
+    }
+}
+
+/// The spilled run's configuration from the flags, with what the report names.
+struct SpilledConfig {
+    config: SpillConfig,
+    preset: Preset,
+    /// The preset's policy unless `--policy` overrides it.
+    policy: PolicyKind,
+    budget: Option<u64>,
+    host_limit: Option<u64>,
+}
+
+fn spilled_config(args: &SpillArgs, default_preset: Preset, plain_peak: u64) -> SpilledConfig {
+    let preset = args.preset.unwrap_or(default_preset);
+    let budget = args.budget.resolve(plain_peak);
+    let host_limit = args.host_limit.resolve(plain_peak);
+    let mut config = SpillConfig::preset(preset);
+    if let Some(policy) = args.policy {
+        config = config.policy(policy);
+    }
+    let policy = config.get_policy();
+    config = match budget {
+        Some(bytes) => config.device_budget_bytes(bytes),
+        None => config.device_budget(burn_spill::DeviceBudget::Unlimited),
+    };
+    config = match host_limit {
+        Some(bytes) => config.host_limit_bytes(bytes),
+        None => config.unlimited_host(),
+    };
+    if let Some(dir) = &args.spill_dir {
+        config = config.spill_dir(dir);
+    }
+    SpilledConfig {
+        config,
+        preset,
+        policy,
+        budget,
+        host_limit,
+    }
+}
+
+/// One side of the comparison alone in this process (`--only plain|spilled`), for runs that
+/// must not hold both sides' memory: under a memory cap (`scripts/ram-capped.sh`) each side gets
+/// a process of its own. Trains every step and returns the losses. The spilled side takes its
+/// budget and host limit in bytes: the plain peak they could be relative to is not measured
+/// here (that would hold the plain run's memory).
+pub struct OneSide<'a, W> {
+    pub workload: &'a W,
+    pub args: &'a SpillArgs,
+    pub steps: usize,
+    pub side: Side,
+}
+
+/// Which side `--only` runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Side {
+    Plain,
+    Spilled,
+}
+
+impl Side {
+    pub fn parse(value: &str) -> Result<Self, String> {
+        match value {
+            "plain" => Ok(Self::Plain),
+            "spilled" => Ok(Self::Spilled),
+            _ => Err(format!("`{value}` is not a side; accepted: plain, spilled")),
+        }
+    }
+}
+
+/// Runs the side `--only` names and prints its outcome as one JSON line, if the flag was
+/// given; returns whether it did.
+pub fn run_only_side<W: Workload>(workload: &W, args: &SpillArgs, steps: usize) -> bool {
+    let Some(side) = args.only else {
+        return false;
+    };
+    let task = OneSide {
+        workload,
+        args,
+        steps,
+        side,
+    };
+    let outcome = super::backends::run_on(args.backend, args.pool_pages, task);
+    println!(
+        "{}",
+        serde_json::to_string(&outcome).expect("the outcome serialises")
+    );
+    true
+}
+
+/// What `--only` prints, as one JSON line.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct SideOutcome {
+    pub side: Side,
+    pub losses: Vec<f32>,
+    /// The spilled side's stats.
+    pub stats: Option<SpillStats>,
+    /// The process's resident-set peak (`VmHWM`), where the OS reports it (Linux).
+    pub resident_peak_bytes: Option<u64>,
+}
+
+/// This process's resident-set peak from `/proc/self/status` (`None` off Linux).
+fn resident_peak_bytes() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib * 1024)
+}
+
+impl<W: Workload> BackendTask for OneSide<'_, W> {
+    type Output = SideOutcome;
+
+    fn run<B: Backend>(self, device: B::Device) -> SideOutcome {
+        let Self {
+            workload,
+            args,
+            steps,
+            side,
+        } = self;
+        if side == Side::Plain {
+            let log = StepLog::new("plain", steps);
+            drop(workload.train::<Autodiff<B>>(&device, steps, &log));
+            return SideOutcome {
+                side,
+                losses: log.finish().losses,
+                stats: None,
+                resident_peak_bytes: resident_peak_bytes(),
+            };
+        }
+        for (flag, amount) in [("--budget", args.budget), ("--host-limit", args.host_limit)] {
+            if amount.needs_plain_peak() {
+                exit_usage(&format!(
+                    "{flag} {amount}: --only spilled does not measure the plain peak; give bytes"
+                ));
+            }
+        }
+        configure::<B>(&device, spilled_config(args, workload.preset(), 0).config);
+        let log = StepLog::new("spilled", steps);
+        drop(workload.train_spilled::<B>(&device, steps, &log));
+        let losses = log.finish().losses;
+        let stats = SpillBackend::<B>::stats(&device);
+        configure::<B>(&device, SpillConfig::default());
+        SideOutcome {
+            side,
+            losses,
+            stats: Some(stats),
+            resident_peak_bytes: resident_peak_bytes(),
         }
     }
 }
