@@ -106,6 +106,7 @@ fn verify_tiny(name: &str, model_args: &[&str], steps: usize) {
         "--steps",
         &steps_arg,
         "--verify",
+        "--verify-restores",
         // A small budget and no host tier: most tensors go through the spill file.
         "--budget",
         "30%",
@@ -439,20 +440,25 @@ fn environment_overrides_apply_to_the_spilled_run_only_and_warnings_are_shown() 
 /// A bad value in a variable is a usage error naming the variable, as a bad flag names the flag.
 #[test]
 fn a_bad_environment_override_names_the_variable() {
-    let out = run_with_env("resnet", &[], &[(burn_spill::ENV_BUDGET, "lots")]);
-    let stderr = text(&out.stderr);
-    assert_eq!(out.status.code(), Some(2), "{stderr}");
-    let last = stderr
-        .lines()
-        .filter(|l| !l.trim().is_empty())
-        .last()
-        .unwrap();
-    assert!(
-        last.starts_with("error: BURN_SPILL_BUDGET:")
-            && last.contains("lots")
-            && last.contains("30%"),
-        "{stderr}"
-    );
+    for (var, value, accepted) in [
+        (burn_spill::ENV_BUDGET, "lots", "30%"),
+        (burn_spill::ENV_VERIFY, "maybe", "`on`"),
+    ] {
+        let out = run_with_env("resnet", &[], &[(var, value)]);
+        let stderr = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{stderr}");
+        let last = stderr
+            .lines()
+            .filter(|l| !l.trim().is_empty())
+            .next_back()
+            .unwrap();
+        assert!(
+            last.starts_with(&format!("error: {var}:"))
+                && last.contains(value)
+                && last.contains(accepted),
+            "{stderr}"
+        );
+    }
 }
 
 /// How long one side may run under the cap: a process whose allocations fail can hang in its

@@ -4,7 +4,9 @@
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
 
-use burn_spill::{ENV_BUDGET, ENV_DIR, ENV_HOST_LIMIT, ENV_POLICY, ENV_PRESET, PolicyKind, Preset};
+use burn_spill::{
+    ENV_BUDGET, ENV_DIR, ENV_HOST_LIMIT, ENV_POLICY, ENV_PRESET, ENV_VERIFY, PolicyKind, Preset,
+};
 use clap::error::ErrorKind;
 
 use super::backends::BackendKind;
@@ -50,6 +52,11 @@ pub struct SpillArgs {
     /// differ.
     #[arg(long)]
     pub verify: bool,
+
+    /// Check every restore of the spilled run against a CRC32 taken when the bytes left the
+    /// device (`SpillConfig::verify_restores`); a mismatch panics naming the tensor.
+    #[arg(long)]
+    pub verify_restores: bool,
 
     /// Write a JSON report here, and next to it (same name, `.svg`) a plot of the resident
     /// bytes per tier over one spilled step.
@@ -231,6 +238,15 @@ fn apply_env_overrides(args: &mut SpillArgs) {
     }
     if let Some(v) = read(ENV_PRESET) {
         args.preset = Some(parsed(ENV_PRESET, &v, parse_preset(&v)));
+    }
+    if let Some(v) = read(ENV_VERIFY) {
+        // The library's own reading of the switch, so that both accept the same words.
+        let lookup = |name: &str| (name == ENV_VERIFY).then(|| v.clone());
+        let on = burn_spill::SpillConfig::default()
+            .with_overrides_from(lookup)
+            .map(|config| config.is_verifying_restores())
+            .map_err(|e| e.to_string());
+        args.verify_restores = parsed(ENV_VERIFY, &v, on);
     }
 }
 

@@ -237,6 +237,7 @@ fn spilled_config(args: &SpillArgs, default_preset: Preset, plain_peak: u64) -> 
     if let Some(dir) = &args.spill_dir {
         config = config.spill_dir(dir);
     }
+    config = config.verify_restores(args.verify_restores);
     SpilledConfig {
         config,
         preset,
