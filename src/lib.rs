@@ -50,4 +50,4 @@ pub use config::{
 pub use engine::{LiveSummary, PoolUsage, TensorId, TensorRole, Tier};
 pub use error::SpillError;
 pub use policy::PolicyKind;
-pub use stats::{MoveStats, PoolStats, SpillStats, StepStats, TierBytes};
+pub use stats::{ColdTierStats, MoveStats, PoolStats, SpillStats, StepStats, TierBytes};

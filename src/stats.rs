@@ -98,6 +98,25 @@ pub struct SpillStats {
     /// The inner allocator's own figures, where the backend reports them (CubeCL: wgpu, CUDA);
     /// `None` elsewhere. The tiers above count tensors' bytes; this is what the device holds.
     pub pool: Option<PoolStats>,
+    /// Each cold store (the spill file, a remote store), in the order writes try them. Their
+    /// bytes together are `resident.disk`.
+    #[serde(default)]
+    pub cold_tiers: Vec<ColdTierStats>,
+}
+
+/// One cold store as it measured itself.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ColdTierStats {
+    /// What it is: the spill file's path, a server's address.
+    pub store: String,
+    /// Records held now.
+    pub records: u64,
+    /// Bytes it holds for them now (payloads and their descriptions).
+    pub bytes_used: u64,
+    /// Payload bytes written to it, and the time the writes took.
+    pub written: MoveStats,
+    /// Payload bytes read from it, and the time the reads took.
+    pub read: MoveStats,
 }
 
 /// The inner backend's memory pool as its allocator reports it, summed over every stream

@@ -13,6 +13,7 @@ use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, Once};
 
+use super::cold::{ColdReadError, ColdRecord, ColdStore, ColdThroughput, ColdTier};
 use super::slot::TensorId;
 
 const MAGIC: [u8; 8] = *b"BSPILL01";
@@ -22,30 +23,6 @@ const FILE_NAME: &str = "tensors.spill";
 /// Payloads are checksummed and moved in chunks small enough to stay in the CPU cache between
 /// the checksum and the kernel's copy, so the two cost about one pass over memory, not two.
 const CHUNK: usize = 256 << 10;
-
-/// Where one tensor's bytes are in the spill file.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct DiskRecord {
-    /// Byte offset of the record header.
-    pub offset: u64,
-    /// Header + meta + payload.
-    pub extent: u64,
-    /// Payload length.
-    pub payload_len: u64,
-    /// CRC32 of the payload, also stored in the header.
-    pub crc: u32,
-}
-
-/// Why a record could not be read back.
-#[derive(Debug, thiserror::Error)]
-pub enum DiskReadError {
-    /// The operating system failed the read.
-    #[error("read failed: {0}")]
-    Io(#[from] io::Error),
-    /// The bytes on disk are not what was written.
-    #[error("record is corrupted: {0}")]
-    Corrupt(String),
-}
 
 /// A spill file and its free-extent map.
 #[derive(Debug)]
@@ -58,8 +35,11 @@ pub struct DiskStore {
     /// End of the last used extent: the file's logical length.
     end: u64,
     records: usize,
+    /// Bytes of the extents in use.
+    used: u64,
     /// Test hook: fail the next N writes as if the disk were full.
     fail_writes: u32,
+    throughput: Mutex<ColdThroughput>,
 }
 
 impl DiskStore {
@@ -98,7 +78,9 @@ impl DiskStore {
             free: BTreeMap::new(),
             end: 0,
             records: 0,
+            used: 0,
             fail_writes: 0,
+            throughput: Mutex::new(ColdThroughput::default()),
         })
     }
 
@@ -112,58 +94,10 @@ impl DiskStore {
         &self.file_path
     }
 
-    /// Records currently stored.
-    pub fn records(&self) -> usize {
-        self.records
-    }
-
     /// The spill file's logical length (used extents and the free holes between them).
     #[cfg(test)]
     pub fn file_len(&self) -> u64 {
         self.end
-    }
-
-    /// Makes the next `n` writes fail with an I/O error, as a full disk would.
-    pub fn fail_next_writes(&mut self, n: u32) {
-        self.fail_writes = n;
-    }
-
-    /// Writes one record and returns where it is. On error nothing is kept.
-    pub fn write(&mut self, id: TensorId, meta: &[u8], payload: &[u8]) -> io::Result<DiskRecord> {
-        if self.fail_writes > 0 {
-            self.fail_writes -= 1;
-            return Err(io::Error::new(
-                io::ErrorKind::StorageFull,
-                "injected write failure (test hook)",
-            ));
-        }
-        let extent = HEADER_LEN + meta.len() as u64 + payload.len() as u64;
-        let offset = self.allocate(extent);
-        let payload_at = offset + HEADER_LEN + meta.len() as u64;
-        // Payload first; the header, which holds the checksum, goes last.
-        let (written, crc) = checksummed(payload, |i, chunk| {
-            write_all_at(&self.file, chunk, payload_at + (i * CHUNK) as u64)
-        });
-        let mut head = Vec::with_capacity(HEADER_LEN as usize + meta.len());
-        head.extend_from_slice(&MAGIC);
-        head.extend_from_slice(&id.to_le_bytes());
-        head.extend_from_slice(&(meta.len() as u32).to_le_bytes());
-        head.extend_from_slice(&(payload.len() as u64).to_le_bytes());
-        head.extend_from_slice(&crc.to_le_bytes());
-        head.extend_from_slice(&crc32fast::hash(meta).to_le_bytes());
-        head.extend_from_slice(meta);
-        let written = written.and_then(|()| write_all_at(&self.file, &head, offset));
-        if let Err(e) = written {
-            self.release(offset, extent);
-            return Err(e);
-        }
-        self.records += 1;
-        Ok(DiskRecord {
-            offset,
-            extent,
-            payload_len: payload.len() as u64,
-            crc,
-        })
     }
 
     /// Reads a record back, checking that it is the record of `id` with description `meta` and
@@ -171,73 +105,13 @@ impl DiskStore {
     #[cfg(test)]
     pub fn read(
         &self,
-        record: &DiskRecord,
+        record: &ColdRecord,
         id: TensorId,
         meta: &[u8],
-    ) -> Result<Vec<u8>, DiskReadError> {
+    ) -> Result<Vec<u8>, ColdReadError> {
         let mut payload = vec![0u8; record.payload_len as usize];
         self.read_into(record, id, meta, &mut payload)?;
         Ok(payload)
-    }
-
-    /// [`read`](Self::read) into a buffer of exactly the payload's length, so the caller can
-    /// read straight into memory with the alignment it needs.
-    pub fn read_into(
-        &self,
-        record: &DiskRecord,
-        id: TensorId,
-        meta: &[u8],
-        payload: &mut [u8],
-    ) -> Result<(), DiskReadError> {
-        let head_len = HEADER_LEN as usize + meta.len();
-        let mut head = vec![0u8; head_len];
-        read_exact_at(&self.file, &mut head, record.offset)?;
-        let field = |at: usize, len: usize| &head[at..at + len];
-        let u64_at = |at: usize| u64::from_le_bytes(field(at, 8).try_into().unwrap());
-        let u32_at = |at: usize| u32::from_le_bytes(field(at, 4).try_into().unwrap());
-        let corrupt = |what: String| Err(DiskReadError::Corrupt(what));
-        if field(0, 8) != MAGIC {
-            return corrupt("bad magic".into());
-        }
-        if u64_at(8) != id {
-            return corrupt(format!("header names tensor {}", u64_at(8)));
-        }
-        if u32_at(16) as usize != meta.len()
-            || u32_at(32) != crc32fast::hash(meta)
-            || &head[HEADER_LEN as usize..] != meta
-        {
-            return corrupt("dtype/shape description differs from the tensor's".into());
-        }
-        if u64_at(20) != record.payload_len || u32_at(28) != record.crc {
-            return corrupt(
-                "length or checksum in the header differs from what was written".into(),
-            );
-        }
-        if payload.len() as u64 != record.payload_len {
-            return corrupt(format!(
-                "the tensor needs {} bytes, the record holds {}",
-                payload.len(),
-                record.payload_len
-            ));
-        }
-        let payload_at = record.offset + head_len as u64;
-        let (read, crc) = checksummed_mut(payload, |i, chunk| {
-            read_exact_at(&self.file, chunk, payload_at + (i * CHUNK) as u64)
-        });
-        read?;
-        if crc != record.crc {
-            return corrupt(format!(
-                "payload CRC32 {crc:#010x}, expected {:#010x}",
-                record.crc
-            ));
-        }
-        Ok(())
-    }
-
-    /// Frees a record's extent for reuse.
-    pub fn free(&mut self, record: &DiskRecord) {
-        self.records -= 1;
-        self.release(record.offset, record.extent);
     }
 
     fn allocate(&mut self, extent: u64) -> u64 {
@@ -281,6 +155,141 @@ impl DiskStore {
             self.free.insert(offset, len);
         }
     }
+}
+
+impl ColdStore for DiskStore {
+    fn write(&mut self, id: TensorId, meta: &[u8], payload: &[u8]) -> io::Result<ColdRecord> {
+        if self.fail_writes > 0 {
+            self.fail_writes -= 1;
+            return Err(io::Error::new(
+                io::ErrorKind::StorageFull,
+                "injected write failure (test hook)",
+            ));
+        }
+        let start = std::time::Instant::now();
+        let extent = HEADER_LEN + meta.len() as u64 + payload.len() as u64;
+        let offset = self.allocate(extent);
+        let payload_at = offset + HEADER_LEN + meta.len() as u64;
+        // Payload first; the header, which holds the checksum, goes last.
+        let (written, crc) = checksummed(payload, |i, chunk| {
+            write_all_at(&self.file, chunk, payload_at + (i * CHUNK) as u64)
+        });
+        let mut head = Vec::with_capacity(HEADER_LEN as usize + meta.len());
+        head.extend_from_slice(&MAGIC);
+        head.extend_from_slice(&id.to_le_bytes());
+        head.extend_from_slice(&(meta.len() as u32).to_le_bytes());
+        head.extend_from_slice(&(payload.len() as u64).to_le_bytes());
+        head.extend_from_slice(&crc.to_le_bytes());
+        head.extend_from_slice(&crc32fast::hash(meta).to_le_bytes());
+        head.extend_from_slice(meta);
+        let written = written.and_then(|()| write_all_at(&self.file, &head, offset));
+        if let Err(e) = written {
+            self.release(offset, extent);
+            return Err(e);
+        }
+        self.records += 1;
+        self.used += extent;
+        lock(&self.throughput).on_write(payload.len() as u64, start.elapsed());
+        Ok(ColdRecord {
+            tier: ColdTier::Disk,
+            offset,
+            extent,
+            payload_len: payload.len() as u64,
+            crc,
+        })
+    }
+
+    fn read_into(
+        &self,
+        record: &ColdRecord,
+        id: TensorId,
+        meta: &[u8],
+        payload: &mut [u8],
+    ) -> Result<(), ColdReadError> {
+        let start = std::time::Instant::now();
+        let head_len = HEADER_LEN as usize + meta.len();
+        let mut head = vec![0u8; head_len];
+        read_exact_at(&self.file, &mut head, record.offset)?;
+        let field = |at: usize, len: usize| &head[at..at + len];
+        let u64_at = |at: usize| u64::from_le_bytes(field(at, 8).try_into().unwrap());
+        let u32_at = |at: usize| u32::from_le_bytes(field(at, 4).try_into().unwrap());
+        let corrupt = |what: String| Err(ColdReadError::Corrupt(what));
+        if field(0, 8) != MAGIC {
+            return corrupt("bad magic".into());
+        }
+        if u64_at(8) != id {
+            return corrupt(format!("header names tensor {}", u64_at(8)));
+        }
+        if u32_at(16) as usize != meta.len()
+            || u32_at(32) != crc32fast::hash(meta)
+            || &head[HEADER_LEN as usize..] != meta
+        {
+            return corrupt("dtype/shape description differs from the tensor's".into());
+        }
+        if u64_at(20) != record.payload_len || u32_at(28) != record.crc {
+            return corrupt(
+                "length or checksum in the header differs from what was written".into(),
+            );
+        }
+        if payload.len() as u64 != record.payload_len {
+            return corrupt(format!(
+                "the tensor needs {} bytes, the record holds {}",
+                payload.len(),
+                record.payload_len
+            ));
+        }
+        let payload_at = record.offset + head_len as u64;
+        let (read, crc) = checksummed_mut(payload, |i, chunk| {
+            read_exact_at(&self.file, chunk, payload_at + (i * CHUNK) as u64)
+        });
+        read?;
+        lock(&self.throughput).on_read(record.payload_len, start.elapsed());
+        if crc != record.crc {
+            return corrupt(format!(
+                "payload CRC32 {crc:#010x}, expected {:#010x}",
+                record.crc
+            ));
+        }
+        Ok(())
+    }
+
+    fn free(&mut self, record: &ColdRecord) {
+        self.records -= 1;
+        self.used -= record.extent;
+        self.release(record.offset, record.extent);
+    }
+
+    fn records(&self) -> usize {
+        self.records
+    }
+
+    fn bytes_used(&self) -> u64 {
+        self.used
+    }
+
+    fn throughput(&self) -> ColdThroughput {
+        *lock(&self.throughput)
+    }
+
+    fn locate(&self, record: &ColdRecord) -> String {
+        format!(
+            "spill file {} at offset {}",
+            self.file_path.display(),
+            record.offset
+        )
+    }
+
+    fn describe(&self) -> String {
+        format!("spill file {}", self.file_path.display())
+    }
+
+    fn fail_next_writes(&mut self, n: u32) {
+        self.fail_writes = n;
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 impl Drop for DiskStore {
@@ -524,11 +533,11 @@ mod tests {
             .unwrap();
         assert!(matches!(
             store.read(&rec, 6, b"I32 [2]"),
-            Err(DiskReadError::Corrupt(_))
+            Err(ColdReadError::Corrupt(_))
         ));
         assert!(matches!(
             store.read(&rec, 5, b"I64 [1]"),
-            Err(DiskReadError::Corrupt(_))
+            Err(ColdReadError::Corrupt(_))
         ));
         // Flip one payload byte on disk.
         let at = rec.offset + HEADER_LEN + 7 + 3;
@@ -566,7 +575,7 @@ mod tests {
         write_all_at(&store.file, &[payload[payload.len() - 3] ^ 1], at).unwrap();
         assert!(matches!(
             store.read(&rec, 1, b"m"),
-            Err(DiskReadError::Corrupt(_))
+            Err(ColdReadError::Corrupt(_))
         ));
     }
 

@@ -18,8 +18,8 @@ pub(crate) fn checksum(bytes: &[u8]) -> u32 {
 pub(crate) enum Place<'a> {
     /// In a host buffer, about to be uploaded.
     Host,
-    /// In a host buffer, written to the spill file at the given path and offset.
-    OnTheWayToDisk { file: &'a str, offset: u64 },
+    /// In a host buffer, written to a cold store at the given place.
+    OnTheWayToDisk { record: &'a str },
 }
 
 /// Checks host `bytes` of tensor `id` against the checksum taken at eviction; the error names
@@ -40,8 +40,8 @@ pub(crate) fn check_host_copy(
     }
     let whereabouts = match place {
         Place::Host => String::new(),
-        Place::OnTheWayToDisk { file, offset } => {
-            format!(", found while writing them to spill file {file} at offset {offset}")
+        Place::OnTheWayToDisk { record } => {
+            format!(", found while writing them to {record}")
         }
     };
     Err(format!(
@@ -72,8 +72,7 @@ mod tests {
         );
         assert!(error.contains(&format!("{:p}", bytes.as_ptr())), "{error}");
         let place = Place::OnTheWayToDisk {
-            file: "/x/tensors.spill",
-            offset: 96,
+            record: "spill file /x/tensors.spill at offset 96",
         };
         let error =
             check_host_copy(3, Some(crc), &bytes, Some(checksum(&bytes)), place).unwrap_err();

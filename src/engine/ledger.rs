@@ -391,6 +391,7 @@ impl Ledger {
             batched_evictions: self.batched_tensors.load(Ordering::Relaxed),
             last_step: None,
             pool: None,
+            cold_tiers: Vec::new(),
         }
     }
 }

@@ -4,6 +4,8 @@
 //! [`DeviceKey`], keeps each tensor's [`Residency`] in its handle, implements [`Spillable`] for
 //! the handle, and asks the device's [`DeviceEngine`] to make room before ops and to move bytes.
 
+pub mod cold;
+pub mod cold_tiers;
 pub mod device;
 pub mod disk;
 pub mod index;

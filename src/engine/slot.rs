@@ -6,7 +6,7 @@
 
 use std::sync::{Condvar, Mutex, MutexGuard, TryLockError};
 
-use super::disk::DiskRecord;
+use super::cold::ColdRecord;
 
 /// A process-wide unique tensor id. Clones of a handle share it.
 pub type TensorId = u64;
@@ -46,7 +46,7 @@ pub enum Residency<D, H> {
         crc: Option<u32>,
     },
     /// In the spill file.
-    Disk(DiskRecord),
+    Disk(ColdRecord),
     /// Being moved by a transfer worker, which holds the bytes; `from` still counts them.
     InFlight {
         /// The tier the bytes are counted in until they arrive.

@@ -270,6 +270,13 @@ impl DeviceEngine {
         };
         let moves = self.ledger.moves(direction);
         let mut bandwidth = Bandwidth::measured(moves.bytes, moves.time, fallback);
+        if tier != Tier::Device
+            && let Some(cold) = lock(&self.cold).first_throughput()
+        {
+            // A host victim goes to the first cold store: its own reads are what bringing it
+            // back costs (a remote store's can be far from the spill file's).
+            bandwidth = Bandwidth::measured(cold.read, cold.read_time, bandwidth);
+        }
         // The fixed cost of a transfer is at most what the fastest one took (on a CPU backend a
         // restore is a buffer handover, far below a PCIe round trip).
         if moves.count >= MEASURED_MOVES

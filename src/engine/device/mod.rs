@@ -11,7 +11,8 @@
 //! jobs), [`prefetch`], [`evict`] (victims and eviction passes), [`moves`] (one slot between
 //! tiers) and [`step`] (the step and its plan).
 //!
-//! Lock order: a tensor's own lock may be held while taking the disk lock, never the reverse;
+//! Lock order: a tensor's own lock may be held while taking the cold-tier lock, never the
+//! reverse;
 //! the index lock is only taken while holding neither (victims are upgraded under the index lock
 //! and moved after it is released), so a handle may drop on any thread at any time.
 
@@ -33,6 +34,7 @@ use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, RwLock, Weak};
 
 use crate::SpillError;
+use crate::engine::cold_tiers::ColdTiers;
 use crate::engine::disk::DiskStore;
 use crate::engine::index::{Index, Spillable};
 use crate::engine::ledger::Ledger;
@@ -88,7 +90,8 @@ pub struct DeviceEngine {
     tracking: AtomicBool,
     tick: AtomicU64,
     index: Mutex<Index>,
-    disk: Mutex<Option<(PathBuf, DiskStore)>>,
+    /// The spill file and any remote store, in the order writes try them.
+    cold: Mutex<ColdTiers>,
     estimates: Mutex<FastMap<u64, u64>>,
     warned_ops: Mutex<HashSet<&'static str>>,
     recorder: Recorder,
@@ -224,12 +227,12 @@ impl DeviceEngine {
         let wants_disk =
             limits.budget.is_some() && (limits.host_limit.is_some() || spill_base.is_some());
         {
-            let mut disk = lock(&self.disk);
+            let mut cold = lock(&self.cold);
             let base = spill_base.map_or_else(std::env::temp_dir, Path::to_path_buf);
-            let records = disk.as_ref().map_or(0, |(_, store)| store.records());
-            let same_base = matches!(&*disk, Some((current, _)) if *current == base);
+            let records = cold.disk_records();
+            let same_base = matches!(cold.disk(), Some((current, _)) if *current == base);
             if wants_disk && !same_base {
-                if let Some((_, store)) = disk.as_ref()
+                if let Some((_, store)) = cold.disk()
                     && records > 0
                 {
                     return Err(SpillError::SpillDirInUse {
@@ -242,11 +245,11 @@ impl DeviceEngine {
                     path: base.clone(),
                     source,
                 })?;
-                *disk = Some((base, store));
+                cold.set_disk(Some((base, store)));
             } else if !wants_disk && records == 0 {
                 // No disk tier any more: remove the old directory now. One that still holds
                 // records stays until they are restored or dropped.
-                *disk = None;
+                cold.set_disk(None);
             }
         }
         if limits.budget.is_some() && limits.planning() && !self.recorder.is_enabled() {
@@ -270,22 +273,21 @@ impl DeviceEngine {
             host_limit_bytes: limits.host_limit,
             last_step: self.last_step_stats(),
             pool: self.pool.stats(self.queues()),
+            cold_tiers: lock(&self.cold).stats(),
             ..self.ledger.stats()
         }
     }
 
     /// The spill file, once one exists.
     pub fn spill_file(&self) -> Option<PathBuf> {
-        lock(&self.disk)
-            .as_ref()
+        lock(&self.cold)
+            .disk()
             .map(|(_, s)| s.file_path().to_path_buf())
     }
 
     /// Test hook: the next `n` spill-file writes fail as if the disk were full.
     pub fn fail_next_disk_writes(&self, n: u32) {
-        if let Some((_, store)) = lock(&self.disk).as_mut() {
-            store.fail_next_writes(n);
-        }
+        lock(&self.cold).fail_next_disk_writes(n);
     }
 
     /// Adds a newly created tensor to the index (only while tracking).

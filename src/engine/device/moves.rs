@@ -4,7 +4,8 @@
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use crate::engine::disk::DiskRecord;
+use crate::engine::cold::ColdRecord;
+use crate::engine::cold_tiers::ColdWriteError;
 use crate::engine::integrity::{Place, check_host_copy, checksum};
 use crate::engine::ledger::Direction;
 use crate::engine::slot::{Residency, Slot, SlotInfo, TensorId, Tier};
@@ -135,26 +136,16 @@ impl DeviceEngine {
         }
     }
 
-    /// Writes one record to the spill file; the error names the file (`None`: no spill file).
-    fn write_record(
-        &self,
-        info: SlotInfo<'_>,
-        bytes: &[u8],
-    ) -> Result<DiskRecord, Option<(std::io::Error, String)>> {
-        let mut disk = lock(&self.disk);
-        match disk.as_mut() {
-            None => Err(None),
-            Some((_, store)) => store
-                .write(info.id, info.meta, bytes)
-                .map_err(|e| Some((e, store.file_path().display().to_string()))),
-        }
+    /// Writes one record to the first cold store that takes it.
+    fn write_record(&self, info: SlotInfo<'_>, bytes: &[u8]) -> Result<ColdRecord, ColdWriteError> {
+        lock(&self.cold).write(info.id, info.meta, bytes)
     }
 
-    fn disk_write_failed(&self, info: SlotInfo<'_>, error: Option<(std::io::Error, String)>) {
-        if let Some((error, file)) = error {
+    fn disk_write_failed(&self, info: SlotInfo<'_>, error: ColdWriteError) {
+        if let ColdWriteError::Failed { error, store } = error {
             self.ledger.on_disk_write_error();
-            tracing::warn!(target: "burn_spill::engine", id = info.id, file, %error,
-                "spill-file write failed; the tensor stays on the host, over the host limit");
+            tracing::warn!(target: "burn_spill::engine", id = info.id, store, %error,
+                "cold-tier write failed; the tensor stays on the host, over the host limit");
         }
     }
 
@@ -184,10 +175,8 @@ impl DeviceEngine {
         let written = self.write_record(info, host.as_ref()).map(|record| {
             // The record's checksum is the bytes' as written: they must still be those that
             // left the device.
-            let file = self.spill_file().unwrap_or_default();
             let place = Place::OnTheWayToDisk {
-                file: &file.display().to_string(),
-                offset: record.offset,
+                record: &lock(&self.cold).locate(&record),
             };
             match check_host_copy(info.id, crc, host.as_ref(), Some(record.crc), place) {
                 Ok(()) => Ok(record),
@@ -228,36 +217,18 @@ impl DeviceEngine {
         }
     }
 
-    /// Reads a spill record into `into`; the error names the file and offset.
+    /// Reads a cold record into `into`; the error names the tensor and where the record is.
     pub(super) fn read_record(
         &self,
-        record: &DiskRecord,
+        record: &ColdRecord,
         info: SlotInfo<'_>,
         into: &mut [u8],
     ) -> Result<(), String> {
-        let disk = lock(&self.disk);
-        let Some((_, store)) = disk.as_ref() else {
-            return Err(format!(
-                "tensor {} is on disk but the device has no spill file; this is a bug",
-                info.id
-            ));
-        };
-        store
-            .read_into(record, info.id, info.meta, into)
-            .map_err(|error| {
-                format!(
-                    "tensor {} cannot be restored from spill file {} at offset {}: {error}",
-                    info.id,
-                    store.file_path().display(),
-                    record.offset
-                )
-            })
+        lock(&self.cold).read_into(record, info.id, info.meta, into)
     }
 
-    pub(super) fn free_record(&self, record: &DiskRecord) {
-        if let Some((_, store)) = lock(&self.disk).as_mut() {
-            store.free(record);
-        }
+    pub(super) fn free_record(&self, record: &ColdRecord) {
+        lock(&self.cold).free(record);
     }
 
     /// Host or disk to device, for the op that needs the bytes now (it holds the tensor's lock,
