@@ -117,7 +117,63 @@ pub struct SpillConfig {
     tape_resample_steps: u64,
     asynchronous: bool,
     verify_restores: bool,
+    remote_tier: Option<String>,
+    tier_order: TierOrder,
     pool_cleanup_margin_bytes: Option<u64>,
+}
+
+/// Which cold store spilled bytes try first past the host tier, when a remote tier is
+/// configured: the other one takes what the first fails to write.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TierOrder {
+    /// Device, host, remote, disk: the remote store first, the spill file when it fails
+    /// (the default: a remote tier is configured because local memory or disk is short).
+    #[default]
+    RemoteThenDisk,
+    /// Device, host, disk, remote: the spill file first, the remote store when a write to the
+    /// file fails (a full disk).
+    DiskThenRemote,
+}
+
+impl TierOrder {
+    const ACCEPTED: &'static str = "`device,host,remote,disk` (or `remote,disk`) or `device,host,disk,remote` (or `disk,remote`)";
+}
+
+impl fmt::Display for TierOrder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            TierOrder::RemoteThenDisk => "device,host,remote,disk",
+            TierOrder::DiskThenRemote => "device,host,disk,remote",
+        })
+    }
+}
+
+impl FromStr for TierOrder {
+    type Err = SpillError;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let tiers: Vec<String> = s
+            .split(',')
+            .map(|t| t.trim().to_ascii_lowercase())
+            .collect();
+        let cold: Vec<&str> = tiers
+            .iter()
+            .map(String::as_str)
+            .skip_while(|t| matches!(*t, "device" | "host"))
+            .collect();
+        let prefix = &tiers[..tiers.len() - cold.len()];
+        let prefix_ok = prefix.is_empty() || prefix == ["device", "host"];
+        match (prefix_ok, cold.as_slice()) {
+            (true, ["remote", "disk"]) => Ok(TierOrder::RemoteThenDisk),
+            (true, ["disk", "remote"]) => Ok(TierOrder::DiskThenRemote),
+            _ => Err(SpillError::InvalidValue {
+                field: "tier_order",
+                value: s.to_string(),
+                accepted: TierOrder::ACCEPTED,
+            }),
+        }
+    }
 }
 
 impl Default for SpillConfig {
@@ -136,6 +192,8 @@ impl Default for SpillConfig {
             tape_resample_steps: 100,
             asynchronous: true,
             verify_restores: VERIFY_RESTORES_DEFAULT,
+            remote_tier: None,
+            tier_order: TierOrder::RemoteThenDisk,
             pool_cleanup_margin_bytes: None,
         }
     }
@@ -151,8 +209,23 @@ pub const ENV_DIR: &str = "BURN_SPILL_DIR";
 pub const ENV_POLICY: &str = "BURN_SPILL_POLICY";
 /// Preset override (applied first, so the other variables win over it).
 pub const ENV_PRESET: &str = "BURN_SPILL_PRESET";
+/// Environment variable overriding [`SpillConfig::remote_tier`].
+pub const ENV_REMOTE: &str = "BURN_SPILL_REMOTE";
+/// Environment variable overriding [`SpillConfig::tier_order`].
+pub const ENV_TIER_ORDER: &str = "BURN_SPILL_TIER_ORDER";
 /// Environment variable overriding [`SpillConfig::verify_restores`].
 pub const ENV_VERIFY: &str = "BURN_SPILL_VERIFY";
+
+/// What `remote_tier` accepts.
+pub(crate) const REMOTE_ACCEPTED: &str =
+    "a Redis URL: redis://[[user]:password@]host[:port][/db], rediss://... or unix:///path";
+
+/// Whether `url` names a Redis server by one of the schemes its client takes.
+fn is_remote_url(url: &str) -> bool {
+    ["redis://", "rediss://", "unix://", "redis+unix://"]
+        .iter()
+        .any(|scheme| url.len() > scheme.len() && url.starts_with(scheme))
+}
 
 /// Whether restores are verified unless the config says otherwise.
 const VERIFY_RESTORES_DEFAULT: bool = false;
@@ -306,6 +379,40 @@ impl SpillConfig {
         self.verify_restores
     }
 
+    /// A remote cold tier: spilled bytes past the host tier go to the Redis server at `url`
+    /// (`redis://[[user]:password@]host[:port][/db]`), in the server's memory, before or after
+    /// the spill file as [`tier_order`](Self::tier_order) says. For when host memory, not device
+    /// memory, is what runs out and a neighbour has memory to spare. Needs the cargo feature
+    /// `remote`; `configure` connects at once, so an unreachable server or a missing password
+    /// is a `SpillError` then, not mid-training. `BURN_SPILL_REMOTE` overrides it.
+    pub fn remote_tier(mut self, url: impl Into<String>) -> Self {
+        self.remote_tier = Some(url.into());
+        self
+    }
+
+    /// Removes the remote tier (the default).
+    pub fn no_remote_tier(mut self) -> Self {
+        self.remote_tier = None;
+        self
+    }
+
+    /// See [`remote_tier`](Self::remote_tier).
+    pub fn get_remote_tier(&self) -> Option<&str> {
+        self.remote_tier.as_deref()
+    }
+
+    /// Which cold store spilled bytes try first when a remote tier is configured (default
+    /// [`TierOrder::RemoteThenDisk`]). `BURN_SPILL_TIER_ORDER` overrides it.
+    pub fn tier_order(mut self, order: TierOrder) -> Self {
+        self.tier_order = order;
+        self
+    }
+
+    /// See [`tier_order`](Self::tier_order).
+    pub fn get_tier_order(&self) -> TierOrder {
+        self.tier_order
+    }
+
     /// On backends whose allocator reports its pool (CubeCL: wgpu, CUDA), free pages are
     /// returned to the driver once the pool reserves more than this many bytes beyond those in
     /// use (default: a tenth of the budget, at least 1 MiB). A spilled byte is only saved on a
@@ -424,6 +531,15 @@ impl SpillConfig {
                 accepted: "a step count of at least 1",
             });
         }
+        if let Some(url) = &self.remote_tier
+            && !is_remote_url(url)
+        {
+            return Err(SpillError::InvalidValue {
+                field: "remote_tier",
+                value: url.clone(),
+                accepted: REMOTE_ACCEPTED,
+            });
+        }
         if self.device_memory_bytes == Some(0) {
             return Err(SpillError::InvalidValue {
                 field: "device_memory_bytes",
@@ -464,6 +580,20 @@ impl SpillConfig {
         }
         if let Some(v) = get(ENV_VERIFY) {
             self.verify_restores = parse_switch(ENV_VERIFY, &v)?;
+        }
+        if let Some(v) = get(ENV_REMOTE) {
+            let url = v.trim().to_string();
+            if !is_remote_url(&url) {
+                return Err(SpillError::InvalidValue {
+                    field: ENV_REMOTE,
+                    value: v,
+                    accepted: REMOTE_ACCEPTED,
+                });
+            }
+            self.remote_tier = Some(url);
+        }
+        if let Some(v) = get(ENV_TIER_ORDER) {
+            self.tier_order = v.parse().map_err(|e| rename(e, ENV_TIER_ORDER))?;
         }
         Ok(self)
     }
@@ -710,13 +840,15 @@ mod tests {
         use super::super::*;
         use proptest::prelude::*;
 
-        const VARIABLES: [&str; 6] = [
+        const VARIABLES: [&str; 8] = [
             ENV_PRESET,
             ENV_BUDGET,
             ENV_HOST_LIMIT,
             ENV_DIR,
             ENV_POLICY,
             ENV_VERIFY,
+            ENV_REMOTE,
+            ENV_TIER_ORDER,
         ];
 
         /// Strings near the accepted syntax, where parsers break: digits, dots, signs,

@@ -50,6 +50,16 @@ pub enum SpillError {
         source: std::io::Error,
     },
 
+    /// The remote cold tier could not be set up: the server is unreachable, refused the
+    /// credentials, or another server holds this device's records.
+    #[error("burn-spill: remote_tier {url}: {reason} (config `remote_tier` or BURN_SPILL_REMOTE)")]
+    RemoteTier {
+        /// The server's URL, any password hidden.
+        url: String,
+        /// What went wrong and how to fix it.
+        reason: String,
+    },
+
     /// The spill directory was changed while tensors are stored in the old one.
     #[error(
         "burn-spill: cannot move the spill directory to {requested:?} while {records} tensors are \

@@ -447,11 +447,7 @@ fn a_bad_environment_override_names_the_variable() {
         let out = run_with_env("resnet", &[], &[(var, value)]);
         let stderr = text(&out.stderr);
         assert_eq!(out.status.code(), Some(2), "{stderr}");
-        let last = stderr
-            .lines()
-            .filter(|l| !l.trim().is_empty())
-            .next_back()
-            .unwrap();
+        let last = stderr.lines().rfind(|l| !l.trim().is_empty()).unwrap();
         assert!(
             last.starts_with(&format!("error: {var}:"))
                 && last.contains(value)

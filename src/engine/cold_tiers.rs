@@ -29,8 +29,9 @@ pub enum ColdWriteError {
 pub struct ColdTiers {
     /// The spill file, and the base directory it was made under.
     disk: Option<(PathBuf, DiskStore)>,
-    /// The remote store, if any.
+    /// The remote store, if any, and the URL it was connected with.
     remote: Option<Box<dyn ColdStore>>,
+    remote_url: Option<String>,
     /// Whether writes try the remote store before the spill file.
     remote_first: bool,
     /// Whether a store taking over from a failed one was warned about.
@@ -50,15 +51,21 @@ impl ColdTiers {
         self.disk = disk;
     }
 
-    /// Installs (or removes) the remote store, tried before the spill file if `first`.
-    pub fn set_remote(&mut self, remote: Option<Box<dyn ColdStore>>, first: bool) {
-        self.remote = remote;
+    /// Installs (or removes) the remote store connected with a URL, tried before the spill
+    /// file if `first`.
+    pub fn set_remote(&mut self, remote: Option<(String, Box<dyn ColdStore>)>, first: bool) {
+        (self.remote_url, self.remote) = remote.unzip();
         self.remote_first = first;
     }
 
-    /// Whether a remote store is installed.
-    pub fn has_remote(&self) -> bool {
-        self.remote.is_some()
+    /// Whether writes try the remote store before the spill file.
+    pub fn set_remote_first(&mut self, first: bool) {
+        self.remote_first = first;
+    }
+
+    /// The URL the remote store was connected with, if there is one.
+    pub fn remote_url(&self) -> Option<&str> {
+        self.remote_url.as_deref()
     }
 
     /// Records held by the spill file.

@@ -14,6 +14,8 @@ pub mod ledger;
 pub(crate) mod pool;
 pub mod queues;
 pub mod registry;
+#[cfg(feature = "remote")]
+pub mod remote;
 pub mod slot;
 pub mod transfer;
 

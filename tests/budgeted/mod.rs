@@ -52,6 +52,20 @@ pub fn at_30_percent(
     batch: usize,
     host_limit: Option<u64>,
 ) -> SpillStats {
+    at_30_percent_with(plain, spilled, batch, &|config| match host_limit {
+        Some(limit) => config.host_limit_bytes(limit),
+        None => config,
+    })
+}
+
+/// [`at_30_percent`] with the spilled run's config (the budget already in it) shaped by
+/// `shape`: a host limit, a remote tier.
+pub fn at_30_percent_with(
+    plain: Trainer,
+    spilled: Trainer,
+    batch: usize,
+    shape: &dyn Fn(SpillConfig) -> SpillConfig,
+) -> SpillStats {
     let _device = ExclusiveDevice::take();
     let device = Default::default();
     let reference = plain(&device, 5, batch, &mut |_| {});
@@ -62,10 +76,7 @@ pub fn at_30_percent(
     let plain_peak = SpillBackend::<Flex>::stats(&device).peak.device;
     let budget = plain_peak * 3 / 10;
 
-    let mut config = SpillConfig::default().device_budget_bytes(budget);
-    if let Some(limit) = host_limit {
-        config = config.host_limit_bytes(limit);
-    }
+    let config = shape(SpillConfig::default().device_budget_bytes(budget));
     SpillBackend::<Flex>::configure(&device, config).unwrap();
     let before = SpillBackend::<Flex>::stats(&device);
     let mut after_warmup = None;

@@ -73,6 +73,10 @@ pub struct Limits {
     /// Whether host copies are checksummed at eviction and checked when they leave the host
     /// (see [`crate::engine::integrity`]).
     pub verify_restores: bool,
+    /// The remote cold tier's URL, if one is configured.
+    pub remote: Option<String>,
+    /// Whether spills try the remote tier before the spill file.
+    pub remote_first: bool,
 }
 
 impl Limits {
@@ -224,10 +228,12 @@ impl DeviceEngine {
     /// `None` means the system temp dir.
     pub fn apply(&self, limits: Limits, spill_base: Option<&Path>) -> Result<(), SpillError> {
         self.quiesce();
-        let wants_disk =
-            limits.budget.is_some() && (limits.host_limit.is_some() || spill_base.is_some());
+        // A remote tier falls back to the spill file when it fails, so it wants one too.
+        let wants_disk = limits.budget.is_some()
+            && (limits.host_limit.is_some() || spill_base.is_some() || limits.remote.is_some());
         {
             let mut cold = lock(&self.cold);
+            set_up_remote(&mut cold, &limits)?;
             let base = spill_base.map_or_else(std::env::temp_dir, Path::to_path_buf);
             let records = cold.disk_records();
             let same_base = matches!(cold.disk(), Some((current, _)) if *current == base);
@@ -311,4 +317,68 @@ impl DeviceEngine {
     pub fn quiesce(&self) {
         self.transfers.quiesce();
     }
+}
+
+/// Connects the remote tier the limits ask for (with a budget in force), keeps the one already
+/// connected to the same URL, and removes one no longer wanted once it holds no records.
+fn set_up_remote(cold: &mut ColdTiers, limits: &Limits) -> Result<(), SpillError> {
+    let wanted = limits.budget.and(limits.remote.as_deref());
+    let records = cold.remote_records();
+    match (wanted, cold.remote_url()) {
+        (Some(url), Some(current)) if current == url => {
+            cold.set_remote_first(limits.remote_first);
+            Ok(())
+        }
+        (Some(url), current) => {
+            if let Some(current) = current
+                && records > 0
+            {
+                return Err(SpillError::RemoteTier {
+                    url: current.to_string(),
+                    reason: format!(
+                        "{records} tensors are stored there, so the remote tier cannot move to \
+                         {url}; configure it before training or drop those tensors first"
+                    ),
+                });
+            }
+            let store = connect_remote(url)?;
+            cold.set_remote(Some((url.to_string(), store)), limits.remote_first);
+            Ok(())
+        }
+        (None, Some(_)) if records == 0 => {
+            cold.set_remote(None, false);
+            Ok(())
+        }
+        // A store that still holds records stays until they are restored or dropped.
+        (None, _) => Ok(()),
+    }
+}
+
+#[cfg(feature = "remote")]
+fn connect_remote(url: &str) -> Result<Box<dyn crate::engine::cold::ColdStore>, SpillError> {
+    use crate::engine::remote::{RemoteSetupError, RemoteStore};
+    match RemoteStore::connect(url) {
+        Ok(store) => Ok(Box::new(store)),
+        Err(RemoteSetupError::BadUrl(_)) => Err(SpillError::InvalidValue {
+            field: "remote_tier",
+            value: url.to_string(),
+            accepted: crate::config::REMOTE_ACCEPTED,
+        }),
+        Err(RemoteSetupError::Unreachable(reason) | RemoteSetupError::Authentication(reason)) => {
+            Err(SpillError::RemoteTier {
+                url: crate::engine::remote::hide_password(url),
+                reason,
+            })
+        }
+    }
+}
+
+#[cfg(not(feature = "remote"))]
+fn connect_remote(url: &str) -> Result<Box<dyn crate::engine::cold::ColdStore>, SpillError> {
+    Err(SpillError::RemoteTier {
+        url: url.to_string(),
+        reason: "burn-spill was built without its `remote` cargo feature; enable it for a remote \
+                 tier"
+            .into(),
+    })
 }
