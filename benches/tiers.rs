@@ -1,5 +1,6 @@
 //! Throughput of the host and disk tiers of `SpillBackend<Flex>` against plain copies and plain
-//! file I/O of the same number of bytes, measured in the same run. Prints a markdown table of
+//! file I/O of the same number of bytes, and with `--features remote` of the remote tier against
+//! a plain Redis client's SET and GET to the same server, measured in the same run. Prints a markdown table of
 //! the ratios at the end (the target is spill / baseline >= 0.8 in every direction).
 //!
 //! ```text
@@ -21,6 +22,10 @@
 //!
 //! The spill directory and the baseline file are in the same fresh temp directory (under
 //! `$TMPDIR`, or `BURN_SPILL_BENCH_DIR` if set); neither side fsyncs, as the engine does not.
+
+#[cfg(feature = "remote")]
+#[path = "../tests/redis_server/mod.rs"]
+mod redis_server;
 
 use std::fs::{File, OpenOptions};
 use std::hint::black_box;
@@ -292,6 +297,67 @@ fn paired_disk(
     ]
 }
 
+/// Remote tier (feature `remote`): the store's own timing of its pipelined writes and reads
+/// (`SpillStats::cold_tiers`), against a plain client's SET and GET of the same bytes to the
+/// same server, paired per round.
+#[cfg(feature = "remote")]
+fn paired_remote(
+    mib: usize,
+    t: &Tensor<Spill, 1>,
+    src: &[u8],
+    server: &redis_server::RedisServer,
+    warmup: usize,
+    rounds: usize,
+) -> [Row; 2] {
+    let mut client = server.client();
+    let remote = |s: &burn_spill::SpillStats| s.cold_tiers[0].clone();
+    let (mut spill, mut restore) = (Samples::default(), Samples::default());
+    for round in 0..warmup + rounds {
+        let engine = || {
+            let before = remote(&stats());
+            use_once(t);
+            let after = remote(&stats());
+            (
+                delta(&before.written, &after.written),
+                delta(&before.read, &after.read),
+            )
+        };
+        let mut baseline = || {
+            let start = Instant::now();
+            let _: () = redis::cmd("SET")
+                .arg("bench:plain")
+                .arg(src)
+                .query(&mut client)
+                .expect("SET");
+            let set = start.elapsed();
+            let start = Instant::now();
+            let got: Vec<u8> = redis::cmd("GET")
+                .arg("bench:plain")
+                .query(&mut client)
+                .expect("GET");
+            let get = start.elapsed();
+            assert_eq!(got.len(), src.len());
+            (set, get)
+        };
+        let ((w, r), (bw, br)) = if round % 2 == 0 {
+            let e = engine();
+            (e, baseline())
+        } else {
+            let b = baseline();
+            (engine(), b)
+        };
+        if round >= warmup {
+            let n = src.len() as u64;
+            spill.push(throughput(w.0, w.1), throughput(n, bw));
+            restore.push(throughput(r.0, r.1), throughput(n, br));
+        }
+    }
+    [
+        spill.row("remote", "spill to redis", mib, "client SET"),
+        restore.row("remote", "restore from redis", mib, "client GET"),
+    ]
+}
+
 /// The steps the engine's moves are made of on Flex, each timed alone (median GB/s over `reps`),
 /// to tell where a direction that misses its target loses its time.
 fn breakdown(mib: usize, src: &[u8], reps: usize) -> Vec<(usize, &'static str, f64)> {
@@ -482,6 +548,25 @@ fn main() {
             },
         );
         group.finish();
+    }
+    // Remote tier: budget 0, host limit 0, a redis-server of its own, remote before disk.
+    #[cfg(feature = "remote")]
+    match redis_server::RedisServer::start() {
+        Some(server) => {
+            let config = SpillConfig::default()
+                .device_budget_bytes(0)
+                .host_limit_bytes(0)
+                .spill_dir(base.path())
+                .remote_tier(server.url());
+            Spill::configure(&Default::default(), config).expect("configure the remote tier");
+            for mib in SIZES_MIB {
+                let (t, src) = tensor_and_bytes(mib * MIB);
+                assert_eq!(stats().cold_tiers[0].records, 1, "the tensor is on the server");
+                rows.extend(paired_remote(mib, &t, &src, &server, warmup, rounds));
+            }
+            Spill::configure(&Default::default(), SpillConfig::default()).expect("unconfigure");
+        }
+        None => println!("remote rows skipped: no redis-server"),
     }
     c.final_summary();
     // Back to unlimited so that the spill directory may go.
