@@ -561,7 +561,11 @@ fn main() {
             Spill::configure(&Default::default(), config).expect("configure the remote tier");
             for mib in SIZES_MIB {
                 let (t, src) = tensor_and_bytes(mib * MIB);
-                assert_eq!(stats().cold_tiers[0].records, 1, "the tensor is on the server");
+                assert_eq!(
+                    stats().cold_tiers[0].records,
+                    1,
+                    "the tensor is on the server"
+                );
                 rows.extend(paired_remote(mib, &t, &src, &server, warmup, rounds));
             }
             Spill::configure(&Default::default(), SpillConfig::default()).expect("unconfigure");

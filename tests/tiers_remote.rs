@@ -69,7 +69,6 @@ fn cnn_and_transformer_train_identically_with_the_remote_tier() {
     assert!(server.spill_keys().is_empty(), "every record was freed");
 }
 
-
 #[test]
 fn a_server_killed_mid_run_sends_the_next_spills_to_disk() {
     let Some(mut server) = RedisServer::start() else {
@@ -173,7 +172,13 @@ fn keys_carry_a_time_to_live_and_are_deleted_when_freed() {
     let t = input::<Spill>(71, 1280, 1024, &device);
     let stats = Spill::stats(&device);
     let keys = server.spill_keys();
-    assert_eq!(keys.len(), 4, "{keys:?} {:?} {:?}", tier(&t), stats.cold_tiers);
+    assert_eq!(
+        keys.len(),
+        4,
+        "{keys:?} {:?} {:?}",
+        tier(&t),
+        stats.cold_tiers
+    );
     for key in &keys {
         let ttl: i64 = redis::cmd("PTTL")
             .arg(key)
