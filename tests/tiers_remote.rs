@@ -125,6 +125,50 @@ fn a_server_killed_mid_run_sends_the_next_spills_to_disk() {
     }
 }
 
+/// Disk first: the spill file takes the spills, and the remote store those the file fails to
+/// write (a full disk, injected).
+#[test]
+fn disk_then_remote_sends_what_the_disk_fails_to_the_server() {
+    let Some(server) = RedisServer::start() else {
+        return;
+    };
+    let _device = ExclusiveDevice::take();
+    let device: Device<Spill> = Default::default();
+    let plain: Device<Plain> = Default::default();
+    let tmp = tempfile::tempdir().unwrap();
+    let config = all_remote(&server, tmp.path()).tier_order(TierOrder::DiskThenRemote);
+    Spill::configure(&device, config).unwrap();
+    let on_disk = input::<Spill>(80, 8, 8, &device);
+    let stats = Spill::stats(&device);
+    assert!(
+        stats.cold_tiers[0].store.starts_with("spill file"),
+        "{:?}",
+        stats.cold_tiers
+    );
+    assert_eq!(
+        (stats.cold_tiers[0].records, stats.cold_tiers[1].records),
+        (1, 0)
+    );
+    Spill::fail_next_disk_writes(&device, 1);
+    let on_server = input::<Spill>(81, 8, 8, &device);
+    let stats = Spill::stats(&device);
+    assert_eq!(
+        (stats.cold_tiers[0].records, stats.cold_tiers[1].records),
+        (1, 1)
+    );
+    assert_eq!(
+        stats.disk_write_errors, 0,
+        "the remote store took the write"
+    );
+    for (seed, t) in [(80, on_disk), (81, on_server)] {
+        assert_same_data(
+            &input::<Plain>(seed, 8, 8, &plain).into_data(),
+            &t.into_data(),
+            "either store",
+        );
+    }
+}
+
 #[test]
 fn a_tampered_value_panics_naming_the_tensor_and_key() {
     let Some(server) = RedisServer::start() else {
