@@ -202,6 +202,33 @@ fn configure(base: &Path, host_limit: Option<u64>, verify_restores: bool) {
     Spill::configure(&Default::default(), config).expect("configure the spill device");
 }
 
+/// One (engine, baseline) pair per round, the order alternating so that drift hits both alike:
+/// each side returns (spill, restore); the engine's as (bytes, time) it measured, the
+/// baseline's as the time it took for `bytes`. Returns the spill and restore samples.
+fn paired_rounds(
+    warmup: usize,
+    rounds: usize,
+    bytes: u64,
+    mut engine: impl FnMut() -> ((u64, Duration), (u64, Duration)),
+    mut baseline: impl FnMut() -> (Duration, Duration),
+) -> (Samples, Samples) {
+    let (mut spill, mut restore) = (Samples::default(), Samples::default());
+    for round in 0..warmup + rounds {
+        let ((out, back), (plain_out, plain_back)) = if round % 2 == 0 {
+            let e = engine();
+            (e, baseline())
+        } else {
+            let b = baseline();
+            (engine(), b)
+        };
+        if round >= warmup {
+            spill.push(throughput(out.0, out.1), throughput(bytes, plain_out));
+            restore.push(throughput(back.0, back.1), throughput(bytes, plain_back));
+        }
+    }
+    (spill, restore)
+}
+
 /// Host tier: device -> host and host -> device against `to_vec`, paired per round.
 fn paired_host(
     mib: usize,
@@ -210,36 +237,22 @@ fn paired_host(
     warmup: usize,
     rounds: usize,
 ) -> [Row; 2] {
-    let (mut spill, mut restore) = (Samples::default(), Samples::default());
-    for round in 0..warmup + rounds {
-        let engine = || {
-            let before = stats();
-            use_once(t);
-            let after = stats();
-            assert_eq!(
-                tier(t),
-                Tier::Host,
-                "the tensor is spilled to host again after each use"
-            );
-            (
-                delta(&before.device_to_host, &after.device_to_host),
-                delta(&before.host_to_device, &after.host_to_device),
-            )
-        };
-        let baseline = || (memcpy_fresh(src), memcpy_fresh(src));
-        let ((d2h, h2d), (b1, b2)) = if round % 2 == 0 {
-            let e = engine();
-            (e, baseline())
-        } else {
-            let b = baseline();
-            (engine(), b)
-        };
-        if round >= warmup {
-            let n = src.len() as u64;
-            spill.push(throughput(d2h.0, d2h.1), throughput(n, b1));
-            restore.push(throughput(h2d.0, h2d.1), throughput(n, b2));
-        }
-    }
+    let engine = || {
+        let before = stats();
+        use_once(t);
+        let after = stats();
+        assert_eq!(
+            tier(t),
+            Tier::Host,
+            "the tensor is spilled to host again after each use"
+        );
+        (
+            delta(&before.device_to_host, &after.device_to_host),
+            delta(&before.host_to_device, &after.host_to_device),
+        )
+    };
+    let baseline = || (memcpy_fresh(src), memcpy_fresh(src));
+    let (spill, restore) = paired_rounds(warmup, rounds, src.len() as u64, engine, baseline);
     [
         spill.row("host", "spill device->host", mib, "to_vec"),
         restore.row("host", "restore host->device", mib, "to_vec"),
@@ -256,41 +269,27 @@ fn paired_disk(
     warmup: usize,
     rounds: usize,
 ) -> [Row; 2] {
-    let (mut spill, mut restore) = (Samples::default(), Samples::default());
-    for round in 0..warmup + rounds {
-        let engine = || {
-            let before = stats();
-            use_once(t);
-            let after = stats();
-            assert_eq!(
-                tier(t),
-                Tier::Disk,
-                "the tensor is spilled to disk again after each use"
-            );
-            (
-                delta(&before.host_to_disk, &after.host_to_disk),
-                delta(&before.disk_to_device, &after.disk_to_device),
-            )
-        };
-        let mut baseline = || {
-            let w = file.write(src);
-            let (r, buf) = file.read(src.len());
-            assert_eq!(buf.len(), src.len());
-            (w, r)
-        };
-        let ((h2d, d2d), (bw, br)) = if round % 2 == 0 {
-            let e = engine();
-            (e, baseline())
-        } else {
-            let b = baseline();
-            (engine(), b)
-        };
-        if round >= warmup {
-            let n = src.len() as u64;
-            spill.push(throughput(h2d.0, h2d.1), throughput(n, bw));
-            restore.push(throughput(d2d.0, d2d.1), throughput(n, br));
-        }
-    }
+    let engine = || {
+        let before = stats();
+        use_once(t);
+        let after = stats();
+        assert_eq!(
+            tier(t),
+            Tier::Disk,
+            "the tensor is spilled to disk again after each use"
+        );
+        (
+            delta(&before.host_to_disk, &after.host_to_disk),
+            delta(&before.disk_to_device, &after.disk_to_device),
+        )
+    };
+    let baseline = || {
+        let w = file.write(src);
+        let (r, buf) = file.read(src.len());
+        assert_eq!(buf.len(), src.len());
+        (w, r)
+    };
+    let (spill, restore) = paired_rounds(warmup, rounds, src.len() as u64, engine, baseline);
     [
         spill.row("disk", "spill host->disk", mib, "file write"),
         restore.row("disk", "restore disk->device", mib, "file read"),
@@ -311,47 +310,32 @@ fn paired_remote(
 ) -> [Row; 2] {
     let mut client = server.client();
     let remote = |s: &burn_spill::SpillStats| s.cold_tiers[0].clone();
-    let (mut spill, mut restore) = (Samples::default(), Samples::default());
-    for round in 0..warmup + rounds {
-        let engine = || {
-            let before = remote(&stats());
-            use_once(t);
-            let after = remote(&stats());
-            (
-                delta(&before.written, &after.written),
-                delta(&before.read, &after.read),
-            )
-        };
-        let mut baseline = || {
-            let start = Instant::now();
-            let _: () = redis::cmd("SET")
-                .arg("bench:plain")
-                .arg(src)
-                .query(&mut client)
-                .expect("SET");
-            let set = start.elapsed();
-            let start = Instant::now();
-            let got: Vec<u8> = redis::cmd("GET")
-                .arg("bench:plain")
-                .query(&mut client)
-                .expect("GET");
-            let get = start.elapsed();
-            assert_eq!(got.len(), src.len());
-            (set, get)
-        };
-        let ((w, r), (bw, br)) = if round % 2 == 0 {
-            let e = engine();
-            (e, baseline())
-        } else {
-            let b = baseline();
-            (engine(), b)
-        };
-        if round >= warmup {
-            let n = src.len() as u64;
-            spill.push(throughput(w.0, w.1), throughput(n, bw));
-            restore.push(throughput(r.0, r.1), throughput(n, br));
-        }
-    }
+    let engine = || {
+        let before = remote(&stats());
+        use_once(t);
+        let after = remote(&stats());
+        (
+            delta(&before.written, &after.written),
+            delta(&before.read, &after.read),
+        )
+    };
+    let baseline = || {
+        let start = Instant::now();
+        let _: () = redis::cmd("SET")
+            .arg("bench:plain")
+            .arg(src)
+            .query(&mut client)
+            .expect("SET");
+        let set = start.elapsed();
+        let start = Instant::now();
+        let got: Vec<u8> = redis::cmd("GET")
+            .arg("bench:plain")
+            .query(&mut client)
+            .expect("GET");
+        assert_eq!(got.len(), src.len());
+        (set, start.elapsed())
+    };
+    let (spill, restore) = paired_rounds(warmup, rounds, src.len() as u64, engine, baseline);
     [
         spill.row("remote", "spill to redis", mib, "client SET"),
         restore.row("remote", "restore from redis", mib, "client GET"),

@@ -11,8 +11,9 @@ use std::collections::BTreeMap;
 use std::fs::{File, OpenOptions};
 use std::io;
 use std::path::{Path, PathBuf};
-use std::sync::{Mutex, Once};
+use std::sync::Mutex;
 
+use super::at_exit::AtExit;
 use super::cold::{ColdReadError, ColdRecord, ColdStore, ColdThroughput, ColdTier};
 use super::slot::TensorId;
 
@@ -40,6 +41,8 @@ pub struct DiskStore {
     /// Test hook: fail the next N writes as if the disk were full.
     fail_writes: u32,
     throughput: Mutex<ColdThroughput>,
+    /// Removes the directory at process exit, should the store still be alive then.
+    exit_cleanup: AtExit,
 }
 
 impl DiskStore {
@@ -70,7 +73,12 @@ impl DiskStore {
                 return Err(e);
             }
         };
-        register_for_exit_cleanup(&dir);
+        let exit_cleanup = {
+            let dir = dir.clone();
+            AtExit::register(move || {
+                let _ = std::fs::remove_dir_all(&dir);
+            })
+        };
         Ok(Self {
             dir,
             file_path,
@@ -81,6 +89,7 @@ impl DiskStore {
             used: 0,
             fail_writes: 0,
             throughput: Mutex::new(ColdThroughput::default()),
+            exit_cleanup,
         })
     }
 
@@ -295,7 +304,7 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 impl Drop for DiskStore {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.dir);
-        unregister(&self.dir);
+        self.exit_cleanup.cancel();
     }
 }
 
@@ -451,51 +460,6 @@ fn read_exact_at(file: &File, mut buf: &mut [u8], mut offset: u64) -> io::Result
         offset += n as u64;
     }
     Ok(())
-}
-
-/// Directories of stores still alive, removed at normal process exit. Stores live in the
-/// process-wide device registry, whose statics Rust never drops, hence the exit hook.
-static LIVE_DIRS: Mutex<Vec<PathBuf>> = Mutex::new(Vec::new());
-
-fn register_for_exit_cleanup(dir: &Path) {
-    static HOOK: Once = Once::new();
-    HOOK.call_once(install_exit_hook);
-    LIVE_DIRS
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .push(dir.to_path_buf());
-}
-
-fn unregister(dir: &Path) {
-    LIVE_DIRS
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .retain(|d| d != dir);
-}
-
-extern "C" fn remove_live_dirs() {
-    // At exit another thread may hold the lock forever; skip rather than hang.
-    if let Ok(dirs) = LIVE_DIRS.try_lock() {
-        for dir in dirs.iter() {
-            let _ = std::fs::remove_dir_all(dir);
-        }
-    }
-}
-
-#[cfg(unix)]
-fn install_exit_hook() {
-    // SAFETY: `remove_live_dirs` is a plain `extern "C" fn()` that never unwinds (all its
-    // operations return errors instead of panicking) and only touches 'static data.
-    unsafe {
-        libc::atexit(remove_live_dirs);
-    }
-}
-
-#[cfg(not(unix))]
-fn install_exit_hook() {
-    // Without atexit the directory stays until the OS cleans its temp dir; stores dropped
-    // normally still remove theirs.
-    let _ = remove_live_dirs;
 }
 
 #[cfg(test)]

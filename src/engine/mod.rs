@@ -4,6 +4,7 @@
 //! [`DeviceKey`], keeps each tensor's [`Residency`] in its handle, implements [`Spillable`] for
 //! the handle, and asks the device's [`DeviceEngine`] to make room before ops and to move bytes.
 
+pub(crate) mod at_exit;
 pub mod cold;
 pub mod cold_tiers;
 pub mod device;

@@ -14,11 +14,12 @@
 use std::collections::BTreeMap;
 use std::io;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, Once};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use redis::{Client, Connection};
 
+use super::at_exit::AtExit;
 use super::cold::{ColdReadError, ColdRecord, ColdStore, ColdThroughput, ColdTier};
 use super::slot::TensorId;
 
@@ -87,6 +88,7 @@ pub struct RemoteStore {
     throughput: Mutex<ColdThroughput>,
     fail_writes: u32,
     refresher: Option<std::thread::JoinHandle<()>>,
+    exit_cleanup: AtExit,
 }
 
 impl RemoteStore {
@@ -129,7 +131,16 @@ impl RemoteStore {
             live: Mutex::new(BTreeMap::new()),
             stop: AtomicBool::new(false),
         });
-        register_for_exit_cleanup(&shared);
+        // At exit, the keys of a store still alive go (otherwise they expire with their TTL).
+        let exit_cleanup = {
+            let shared = shared.clone();
+            AtExit::register(move || {
+                shared.stop.store(true, Ordering::Relaxed);
+                if let Ok(mut connection) = shared.client.get_connection_with_timeout(IO_TIMEOUT) {
+                    shared.delete_all(&mut connection);
+                }
+            })
+        };
         let refresher = {
             let shared = shared.clone();
             std::thread::Builder::new()
@@ -146,6 +157,7 @@ impl RemoteStore {
             throughput: Mutex::new(ColdThroughput::default()),
             fail_writes: 0,
             refresher: Some(refresher),
+            exit_cleanup,
         })
     }
 
@@ -387,7 +399,7 @@ impl Drop for RemoteStore {
             let _ = refresher.join();
         }
         self.shared.delete_all(&mut lock(&self.connection));
-        unregister(&self.shared);
+        self.exit_cleanup.cancel();
     }
 }
 
@@ -425,49 +437,6 @@ pub fn hide_password(url: &str) -> String {
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-/// Stores still alive, whose keys are deleted at normal process exit (the device registry,
-/// which holds them, is never dropped).
-static LIVE: Mutex<Vec<Arc<Shared>>> = Mutex::new(Vec::new());
-
-fn register_for_exit_cleanup(shared: &Arc<Shared>) {
-    static HOOK: Once = Once::new();
-    HOOK.call_once(install_exit_hook);
-    lock(&LIVE).push(shared.clone());
-}
-
-fn unregister(shared: &Arc<Shared>) {
-    lock(&LIVE).retain(|s| !Arc::ptr_eq(s, shared));
-}
-
-extern "C" fn delete_live_keys() {
-    let _ = std::panic::catch_unwind(|| {
-        // At exit another thread may hold the lock forever; skip rather than hang (the keys
-        // then expire with their time to live).
-        let Ok(stores) = LIVE.try_lock() else { return };
-        for shared in stores.iter() {
-            shared.stop.store(true, Ordering::Relaxed);
-            if let Ok(mut connection) = shared.client.get_connection_with_timeout(IO_TIMEOUT) {
-                shared.delete_all(&mut connection);
-            }
-        }
-    });
-}
-
-#[cfg(unix)]
-fn install_exit_hook() {
-    // SAFETY: `delete_live_keys` is a plain `extern "C" fn()` that catches every panic and only
-    // touches 'static data.
-    unsafe {
-        libc::atexit(delete_live_keys);
-    }
-}
-
-#[cfg(not(unix))]
-fn install_exit_hook() {
-    // Without atexit the keys expire with their time to live.
-    let _ = delete_live_keys;
 }
 
 #[cfg(test)]
