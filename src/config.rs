@@ -217,12 +217,11 @@ pub const ENV_TIER_ORDER: &str = "BURN_SPILL_TIER_ORDER";
 pub const ENV_VERIFY: &str = "BURN_SPILL_VERIFY";
 
 /// What `remote_tier` accepts.
-pub(crate) const REMOTE_ACCEPTED: &str =
-    "a Redis URL: redis://[[user]:password@]host[:port][/db], rediss://... or unix:///path";
+pub(crate) const REMOTE_ACCEPTED: &str = "a Redis URL: redis://[[user]:password@]host[:port][/db] or unix:///path (TLS, rediss://, is not built in)";
 
 /// Whether `url` names a Redis server by one of the schemes its client takes.
 fn is_remote_url(url: &str) -> bool {
-    ["redis://", "rediss://", "unix://", "redis+unix://"]
+    ["redis://", "unix://", "redis+unix://"]
         .iter()
         .any(|scheme| url.len() > scheme.len() && url.starts_with(scheme))
 }

@@ -321,7 +321,12 @@ fn a_server_that_refuses_connections_is_a_spill_error_naming_the_url() {
 fn bad_remote_input_names_the_field_the_value_and_what_is_accepted() {
     let _device = ExclusiveDevice::take();
     let device: Device<Spill> = Default::default();
-    for url in ["http://127.0.0.1:6379", "127.0.0.1:6379", "redis://"] {
+    for url in [
+        "http://127.0.0.1:6379",
+        "127.0.0.1:6379",
+        "redis://",
+        "rediss://127.0.0.1:6379",
+    ] {
         let config = SpillConfig::default()
             .device_budget_bytes(0)
             .remote_tier(url);

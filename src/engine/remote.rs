@@ -93,7 +93,7 @@ pub struct RemoteStore {
 
 impl RemoteStore {
     /// Connects to the server at `url` (`redis://[[user]:password@]host[:port][/db]`,
-    /// `rediss://` for TLS where the client supports it, or `unix:///path`) and checks that it
+    /// or `unix:///path`; TLS is not built into the client) and checks that it
     /// answers, authentication included.
     pub fn connect(url: &str) -> Result<Self, RemoteSetupError> {
         let client = Client::open(url).map_err(|e| RemoteSetupError::BadUrl(e.to_string()))?;
