@@ -34,6 +34,30 @@ fn all_remote(server: &RedisServer, spill_dir: &std::path::Path) -> SpillConfig 
         .asynchronous(false)
 }
 
+/// A server, the device held for the test (bind every field: one left to `..` drops at once,
+/// and the device guard with it) and configured by `shape(all_remote(..))`, and the
+/// spill directory; `None` (the reason printed) without `redis-server`.
+struct Remote {
+    server: RedisServer,
+    device: Device<Spill>,
+    _spill_dir: tempfile::TempDir,
+    _device: ExclusiveDevice,
+}
+
+fn remote_device(shape: impl FnOnce(SpillConfig) -> SpillConfig) -> Option<Remote> {
+    let server = RedisServer::start()?;
+    let guard = ExclusiveDevice::take();
+    let device: Device<Spill> = Default::default();
+    let spill_dir = tempfile::tempdir().unwrap();
+    Spill::configure(&device, shape(all_remote(&server, spill_dir.path()))).unwrap();
+    Some(Remote {
+        server,
+        device,
+        _spill_dir: spill_dir,
+        _device: guard,
+    })
+}
+
 #[test]
 fn cnn_and_transformer_train_identically_with_the_remote_tier() {
     let Some(server) = RedisServer::start() else {
@@ -71,14 +95,16 @@ fn cnn_and_transformer_train_identically_with_the_remote_tier() {
 
 #[test]
 fn a_server_killed_mid_run_sends_the_next_spills_to_disk() {
-    let Some(mut server) = RedisServer::start() else {
+    let Some(Remote {
+        mut server,
+        device,
+        _spill_dir: _dir,
+        _device: _guard,
+    }) = remote_device(|config| config)
+    else {
         return;
     };
-    let _device = ExclusiveDevice::take();
-    let device: Device<Spill> = Default::default();
     let plain: Device<Plain> = Default::default();
-    let tmp = tempfile::tempdir().unwrap();
-    Spill::configure(&device, all_remote(&server, tmp.path())).unwrap();
 
     let before = input::<Spill>(60, 8, 8, &device);
     assert_eq!(tier(&before), Tier::Disk, "the cold tiers hold it");
@@ -129,15 +155,16 @@ fn a_server_killed_mid_run_sends_the_next_spills_to_disk() {
 /// write (a full disk, injected).
 #[test]
 fn disk_then_remote_sends_what_the_disk_fails_to_the_server() {
-    let Some(server) = RedisServer::start() else {
+    let Some(Remote {
+        server: _server,
+        device,
+        _spill_dir: _dir,
+        _device: _guard,
+    }) = remote_device(|config| config.tier_order(TierOrder::DiskThenRemote))
+    else {
         return;
     };
-    let _device = ExclusiveDevice::take();
-    let device: Device<Spill> = Default::default();
     let plain: Device<Plain> = Default::default();
-    let tmp = tempfile::tempdir().unwrap();
-    let config = all_remote(&server, tmp.path()).tier_order(TierOrder::DiskThenRemote);
-    Spill::configure(&device, config).unwrap();
     let on_disk = input::<Spill>(80, 8, 8, &device);
     let stats = Spill::stats(&device);
     assert!(
@@ -171,13 +198,15 @@ fn disk_then_remote_sends_what_the_disk_fails_to_the_server() {
 
 #[test]
 fn a_tampered_value_panics_naming_the_tensor_and_key() {
-    let Some(server) = RedisServer::start() else {
+    let Some(Remote {
+        server,
+        device,
+        _spill_dir: _dir,
+        _device: _guard,
+    }) = remote_device(|config| config)
+    else {
         return;
     };
-    let _device = ExclusiveDevice::take();
-    let device: Device<Spill> = Default::default();
-    let tmp = tempfile::tempdir().unwrap();
-    Spill::configure(&device, all_remote(&server, tmp.path())).unwrap();
     let t = input::<Spill>(70, 8, 8, &device);
     let _ = Spill::stats(&device);
     let keys = server.spill_keys();
@@ -205,13 +234,15 @@ fn a_tampered_value_panics_naming_the_tensor_and_key() {
 
 #[test]
 fn keys_carry_a_time_to_live_and_are_deleted_when_freed() {
-    let Some(server) = RedisServer::start() else {
+    let Some(Remote {
+        server,
+        device,
+        _spill_dir: _dir,
+        _device: _guard,
+    }) = remote_device(|config| config)
+    else {
         return;
     };
-    let _device = ExclusiveDevice::take();
-    let device: Device<Spill> = Default::default();
-    let tmp = tempfile::tempdir().unwrap();
-    Spill::configure(&device, all_remote(&server, tmp.path())).unwrap();
     // 5 MiB: three chunks and a header.
     let t = input::<Spill>(71, 1280, 1024, &device);
     let stats = Spill::stats(&device);

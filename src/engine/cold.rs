@@ -80,6 +80,73 @@ impl ColdThroughput {
     }
 }
 
+/// The first bytes of every record's header.
+pub const MAGIC: [u8; 8] = *b"BSPILL01";
+/// magic (8) + id (8) + meta length (4) + payload length (8) + payload CRC32 (4) + meta CRC32 (4)
+pub const HEADER_LEN: usize = 36;
+
+/// A record's header, the same in every store: magic, tensor id, the lengths, the payload's
+/// CRC32 and the description's, then the description (dtype and shape) itself.
+pub fn record_header(id: TensorId, meta: &[u8], payload_len: u64, crc: u32) -> Vec<u8> {
+    let mut head = Vec::with_capacity(HEADER_LEN + meta.len());
+    head.extend_from_slice(&MAGIC);
+    head.extend_from_slice(&id.to_le_bytes());
+    head.extend_from_slice(&(meta.len() as u32).to_le_bytes());
+    head.extend_from_slice(&payload_len.to_le_bytes());
+    head.extend_from_slice(&crc.to_le_bytes());
+    head.extend_from_slice(&crc32fast::hash(meta).to_le_bytes());
+    head.extend_from_slice(meta);
+    head
+}
+
+/// Checks a header read back against the record it should be: tensor `id` with description
+/// `meta`, and `record`'s payload length and CRC32. `into_len` is the buffer the payload is to
+/// be read into.
+pub fn check_header(
+    head: &[u8],
+    record: &ColdRecord,
+    id: TensorId,
+    meta: &[u8],
+    into_len: usize,
+) -> Result<(), ColdReadError> {
+    let corrupt = |what: String| Err(ColdReadError::Corrupt(what));
+    if head.len() < HEADER_LEN || head[..8] != MAGIC {
+        return corrupt("bad magic".into());
+    }
+    let u64_at = |at: usize| u64::from_le_bytes(head[at..at + 8].try_into().expect("8 bytes"));
+    let u32_at = |at: usize| u32::from_le_bytes(head[at..at + 4].try_into().expect("4 bytes"));
+    if u64_at(8) != id {
+        return corrupt(format!("header names tensor {}", u64_at(8)));
+    }
+    if u32_at(16) as usize != meta.len()
+        || u32_at(32) != crc32fast::hash(meta)
+        || &head[HEADER_LEN..] != meta
+    {
+        return corrupt("dtype/shape description differs from the tensor's".into());
+    }
+    if u64_at(20) != record.payload_len || u32_at(28) != record.crc {
+        return corrupt("length or checksum in the header differs from what was written".into());
+    }
+    if into_len as u64 != record.payload_len {
+        return corrupt(format!(
+            "the tensor needs {into_len} bytes, the record holds {}",
+            record.payload_len
+        ));
+    }
+    Ok(())
+}
+
+/// Checks the CRC32 of a payload read back against the one written.
+pub fn check_payload(crc: u32, record: &ColdRecord) -> Result<(), ColdReadError> {
+    if crc == record.crc {
+        return Ok(());
+    }
+    Err(ColdReadError::Corrupt(format!(
+        "payload CRC32 {crc:#010x}, expected {:#010x}",
+        record.crc
+    )))
+}
+
 /// A store for spilled bytes past the host tier.
 pub trait ColdStore: Send {
     /// Writes one record and returns where it is. On error nothing is kept.

@@ -14,12 +14,14 @@ use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
 use super::at_exit::AtExit;
-use super::cold::{ColdReadError, ColdRecord, ColdStore, ColdThroughput, ColdTier};
+use super::cold::{
+    self, ColdReadError, ColdRecord, ColdStore, ColdThroughput, ColdTier, MAGIC, check_header,
+    check_payload, record_header,
+};
 use super::slot::TensorId;
 
-const MAGIC: [u8; 8] = *b"BSPILL01";
-/// magic (8) + id (8) + meta length (4) + payload length (8) + payload CRC32 (4) + meta CRC32 (4)
-const HEADER_LEN: u64 = 36;
+/// The header's length in the file's offsets.
+const HEADER_LEN: u64 = cold::HEADER_LEN as u64;
 const FILE_NAME: &str = "tensors.spill";
 /// Payloads are checksummed and moved in chunks small enough to stay in the CPU cache between
 /// the checksum and the kernel's copy, so the two cost about one pass over memory, not two.
@@ -183,14 +185,7 @@ impl ColdStore for DiskStore {
         let (written, crc) = checksummed(payload, |i, chunk| {
             write_all_at(&self.file, chunk, payload_at + (i * CHUNK) as u64)
         });
-        let mut head = Vec::with_capacity(HEADER_LEN as usize + meta.len());
-        head.extend_from_slice(&MAGIC);
-        head.extend_from_slice(&id.to_le_bytes());
-        head.extend_from_slice(&(meta.len() as u32).to_le_bytes());
-        head.extend_from_slice(&(payload.len() as u64).to_le_bytes());
-        head.extend_from_slice(&crc.to_le_bytes());
-        head.extend_from_slice(&crc32fast::hash(meta).to_le_bytes());
-        head.extend_from_slice(meta);
+        let head = record_header(id, meta, payload.len() as u64, crc);
         let written = written.and_then(|()| write_all_at(&self.file, &head, offset));
         if let Err(e) = written {
             self.release(offset, extent);
@@ -219,47 +214,14 @@ impl ColdStore for DiskStore {
         let head_len = HEADER_LEN as usize + meta.len();
         let mut head = vec![0u8; head_len];
         read_exact_at(&self.file, &mut head, record.offset)?;
-        let field = |at: usize, len: usize| &head[at..at + len];
-        let u64_at = |at: usize| u64::from_le_bytes(field(at, 8).try_into().unwrap());
-        let u32_at = |at: usize| u32::from_le_bytes(field(at, 4).try_into().unwrap());
-        let corrupt = |what: String| Err(ColdReadError::Corrupt(what));
-        if field(0, 8) != MAGIC {
-            return corrupt("bad magic".into());
-        }
-        if u64_at(8) != id {
-            return corrupt(format!("header names tensor {}", u64_at(8)));
-        }
-        if u32_at(16) as usize != meta.len()
-            || u32_at(32) != crc32fast::hash(meta)
-            || &head[HEADER_LEN as usize..] != meta
-        {
-            return corrupt("dtype/shape description differs from the tensor's".into());
-        }
-        if u64_at(20) != record.payload_len || u32_at(28) != record.crc {
-            return corrupt(
-                "length or checksum in the header differs from what was written".into(),
-            );
-        }
-        if payload.len() as u64 != record.payload_len {
-            return corrupt(format!(
-                "the tensor needs {} bytes, the record holds {}",
-                payload.len(),
-                record.payload_len
-            ));
-        }
+        check_header(&head, record, id, meta, payload.len())?;
         let payload_at = record.offset + head_len as u64;
         let (read, crc) = checksummed_mut(payload, |i, chunk| {
             read_exact_at(&self.file, chunk, payload_at + (i * CHUNK) as u64)
         });
         read?;
         lock(&self.throughput).on_read(record.payload_len, start.elapsed());
-        if crc != record.crc {
-            return corrupt(format!(
-                "payload CRC32 {crc:#010x}, expected {:#010x}",
-                record.crc
-            ));
-        }
-        Ok(())
+        check_payload(crc, record)
     }
 
     fn free(&mut self, record: &ColdRecord) {

@@ -20,7 +20,10 @@ use std::time::{Duration, Instant};
 use redis::{Client, Connection};
 
 use super::at_exit::AtExit;
-use super::cold::{ColdReadError, ColdRecord, ColdStore, ColdThroughput, ColdTier};
+use super::cold::{
+    ColdReadError, ColdRecord, ColdStore, ColdThroughput, ColdTier, check_header, check_payload,
+    record_header,
+};
 use super::slot::TensorId;
 
 /// Payload bytes per key.
@@ -31,10 +34,6 @@ pub const TTL: Duration = Duration::from_secs(60);
 const REFRESH: Duration = Duration::from_secs(15);
 /// How long a connect, read or write may take before the store counts as failed.
 const IO_TIMEOUT: Duration = Duration::from_secs(10);
-
-const MAGIC: [u8; 8] = *b"BSPILL01";
-/// magic (8) + id (8) + meta length (4) + payload length (8) + payload CRC32 (4) + meta CRC32 (4)
-const HEADER_LEN: usize = 36;
 
 /// Why the remote store could not be set up.
 #[derive(Debug, thiserror::Error)]
@@ -160,18 +159,6 @@ impl RemoteStore {
             exit_cleanup,
         })
     }
-
-    fn header(id: TensorId, meta: &[u8], payload_len: u64, crc: u32) -> Vec<u8> {
-        let mut head = Vec::with_capacity(HEADER_LEN + meta.len());
-        head.extend_from_slice(&MAGIC);
-        head.extend_from_slice(&id.to_le_bytes());
-        head.extend_from_slice(&(meta.len() as u32).to_le_bytes());
-        head.extend_from_slice(&payload_len.to_le_bytes());
-        head.extend_from_slice(&crc.to_le_bytes());
-        head.extend_from_slice(&crc32fast::hash(meta).to_le_bytes());
-        head.extend_from_slice(meta);
-        head
-    }
 }
 
 /// Refreshes the live keys' time to live every [`REFRESH`] until the store stops.
@@ -235,7 +222,7 @@ impl ColdStore for RemoteStore {
         let crc = crc32fast::hash(payload);
         let record = self.next_record;
         let chunks = payload.len().div_ceil(CHUNK) as u64;
-        let head = Self::header(id, meta, payload.len() as u64, crc);
+        let head = record_header(id, meta, payload.len() as u64, crc);
         let ttl = TTL.as_millis() as u64;
         let mut pipe = redis::pipe();
         let mut keys = self.shared.keys(record, chunks);
@@ -288,13 +275,6 @@ impl ColdStore for RemoteStore {
     ) -> Result<(), ColdReadError> {
         let start = Instant::now();
         let corrupt = |what: String| Err(ColdReadError::Corrupt(what));
-        if payload.len() as u64 != record.payload_len {
-            return corrupt(format!(
-                "the tensor needs {} bytes, the record holds {}",
-                payload.len(),
-                record.payload_len
-            ));
-        }
         let chunks = payload.len().div_ceil(CHUNK) as u64;
         let mut pipe = redis::pipe();
         for key in self.shared.keys(record.offset, chunks) {
@@ -307,20 +287,7 @@ impl ColdStore for RemoteStore {
         let Some(Some(head)) = values.next() else {
             return corrupt("its header key is missing (expired, evicted or deleted)".into());
         };
-        let expected = Self::header(id, meta, record.payload_len, record.crc);
-        if head.len() < HEADER_LEN || head[..8] != MAGIC {
-            return corrupt("bad magic".into());
-        }
-        let stored_id = u64::from_le_bytes(head[8..16].try_into().expect("8 bytes"));
-        if stored_id != id {
-            return corrupt(format!("header names tensor {stored_id}"));
-        }
-        if head != expected {
-            return corrupt(
-                "the header's lengths, checksums or dtype/shape differ from what was written"
-                    .into(),
-            );
-        }
+        check_header(&head, record, id, meta, payload.len())?;
         let values: Vec<Option<Vec<u8>>> = values.collect();
         for (i, (into, value)) in payload.chunks(CHUNK).zip(&values).enumerate() {
             match value {
@@ -341,14 +308,7 @@ impl ColdStore for RemoteStore {
         }
         let hasher = copy_and_hash(payload, &values);
         lock(&self.throughput).on_read(record.payload_len, start.elapsed());
-        let crc = hasher.finalize();
-        if crc != record.crc {
-            return corrupt(format!(
-                "payload CRC32 {crc:#010x}, expected {:#010x}",
-                record.crc
-            ));
-        }
-        Ok(())
+        check_payload(hasher.finalize(), record)
     }
 
     fn free(&mut self, record: &ColdRecord) {
