@@ -489,7 +489,8 @@ fn report_excused(excused: Excused, name: &str) {
 }
 
 /// Runs random programs on plain `I` and on `SpillBackend<I>` under budgets 0, 256 B and
-/// unlimited, with host limits 0 and unlimited, asynchronous and synchronous; `R` is `I`
+/// unlimited, with host limits 0 and unlimited, asynchronous (restores verified where the host
+/// tier is in use) and synchronous; `R` is `I`
 /// without fusion (see [`Oracle`]), `thin` how thin matrices are transposed (see [`Thin`]).
 fn random_programs_are_exact<I: Backend, R: Backend>(cases: u32, thin: Thin) {
     let device = I::Device::default();
@@ -510,7 +511,12 @@ fn random_programs_are_exact<I: Backend, R: Backend>(cases: u32, thin: Thin) {
             for budget in [Some(0), Some(256), None] {
                 for host in [None, Some(0)] {
                     for asynchronous in [true, false] {
-                        let mut config = SpillConfig::default().asynchronous(asynchronous);
+                        // Verified restores on the asynchronous runs with a host tier: the
+                        // checksum is taken of burn-spill's own copy, off the staging pool.
+                        let verify = asynchronous && host.is_none();
+                        let mut config = SpillConfig::default()
+                            .asynchronous(asynchronous)
+                            .verify_restores(verify);
                         if let Some(b) = budget {
                             config = config.device_budget_bytes(b);
                         }
@@ -519,8 +525,9 @@ fn random_programs_are_exact<I: Backend, R: Backend>(cases: u32, thin: Thin) {
                         }
                         SpillBackend::<I>::configure(&device, config).unwrap();
                         let spilled = run::<SpillBackend<I>>(&program, thin);
-                        let what =
-                            format!("budget {budget:?}, host {host:?}, async {asynchronous}");
+                        let what = format!(
+                            "budget {budget:?}, host {host:?}, async {asynchronous}, verified {verify}"
+                        );
                         match oracle.judge(&spilled, &what) {
                             Ok(more) => {
                                 let mut all = excused.get();
