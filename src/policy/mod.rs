@@ -12,6 +12,7 @@
 
 pub(crate) mod plan;
 pub(crate) mod pool;
+pub(crate) mod prefetch;
 pub(crate) mod simulate;
 pub(crate) mod victim;
 pub(crate) mod windows;

@@ -190,6 +190,31 @@ pub fn first_in_order(
     }
 }
 
+/// Whether a resident tensor is needed soon: within the prefetch `window` plus the `lead` it
+/// earned, or brought back for a use that has not come yet. Such tensors leave only when
+/// nothing else is left ([`pick`]).
+pub fn needed_soon(prefetched: bool, next_use: NextUse, window: u32, lead: u32) -> bool {
+    prefetched || matches!(next_use, NextUse::In(d) if d <= window.saturating_add(lead))
+}
+
+/// The victims that free `want` bytes: the first of `later` in `kind`'s order, then, when
+/// `take_soon` and those fall short, the first of `soon` (tensors [`needed_soon`]).
+pub fn pick(
+    kind: PolicyKind,
+    plan_len: Option<u32>,
+    bandwidth: Bandwidth,
+    later: &[Candidate],
+    soon: &[Candidate],
+    want: u64,
+    take_soon: bool,
+) -> Vec<TensorId> {
+    let (mut picked, taken) = first_in_order(kind, plan_len, bandwidth, later, want);
+    if take_soon && (taken < want || picked.is_empty()) {
+        picked.extend(first_in_order(kind, plan_len, bandwidth, soon, want - taken.min(want)).0);
+    }
+    picked
+}
+
 fn sort_by(policy: &impl VictimPolicy, candidates: &mut [Candidate]) {
     candidates.sort_by(|a, b| {
         policy

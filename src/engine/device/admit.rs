@@ -11,8 +11,8 @@ use crate::engine::slot::{TensorId, Tier};
 use crate::fast_hash::FastHasher;
 use crate::policy::plan::{KeyAt, PlanKey};
 
-use super::prefetch::MAX_LEAD;
 use super::{DeviceEngine, lock};
+use crate::policy::prefetch::lead_after_late;
 
 /// One tensor an op reads.
 pub struct OpInput {
@@ -144,7 +144,7 @@ impl DeviceEngine {
             let mut leads = lock(&self.leads);
             for key in late {
                 let lead = leads.entry(key).or_default();
-                *lead = (*lead * 2).clamp(1, MAX_LEAD);
+                *lead = lead_after_late(*lead);
             }
         }
         let signature = hasher.finish();

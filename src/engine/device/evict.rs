@@ -243,21 +243,21 @@ impl DeviceEngine {
                 last_use: r.last_use,
                 next_use,
             };
-            let needed_soon =
-                r.prefetched || matches!(next_use, NextUse::In(d) if d <= window + lead);
-            if needed_soon {
+            if victim::needed_soon(r.prefetched, next_use, window, lead) {
                 soon.push(candidate);
             } else {
                 later.push(candidate);
             }
         }
-        let first = |candidates: &[victim::Candidate], want: u64| {
-            victim::first_in_order(limits.policy, Some(plan.len()), bandwidth, candidates, want)
-        };
-        let (mut picked, taken) = first(&later, want);
-        if beyond.is_none() && (taken < want || picked.is_empty()) {
-            picked.extend(first(&soon, want - taken.min(want)).0);
-        }
+        let picked = victim::pick(
+            limits.policy,
+            Some(plan.len()),
+            bandwidth,
+            &later,
+            &soon,
+            want,
+            beyond.is_none(),
+        );
         drop(leads);
         lock(&self.index).upgrade(picked)
     }

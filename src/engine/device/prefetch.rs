@@ -7,13 +7,10 @@ use std::sync::atomic::Ordering;
 use crate::engine::ledger::Direction;
 use crate::engine::slot::Tier;
 use crate::engine::transfer::{Job, Lane};
-use crate::policy::plan::NextUse;
+use crate::policy::prefetch::{self as decide, MAX_LEAD};
 
 use super::step::Placement;
 use super::{DeviceEngine, Limits, lock};
-
-/// The largest lead a late tensor's prefetch trigger moves to, in ops beyond the window.
-pub(super) const MAX_LEAD: u32 = 64;
 
 /// Room a prefetch waits for: the device level at which it fits, to be reached by evicting
 /// only tensors next used after `beyond` (an absolute position; see [`crate::engine::index::absolute`]).
@@ -46,7 +43,7 @@ impl DeviceEngine {
         let plan = self.plan()?;
         let (step, now) = self.recorder.position();
         let window = limits.prefetch_window.min(plan.len());
-        let reach = window + self.transfer_ops.load(Ordering::Relaxed);
+        let reach = decide::reach(window, self.transfer_ops.load(Ordering::Relaxed));
         let placement = Placement {
             plan: plan.clone(),
             step,
@@ -66,12 +63,12 @@ impl DeviceEngine {
                     continue;
                 }
                 let lead = leads.get(&s.key.key).copied().unwrap_or(0);
-                match plan.next_use(s.key, step, now) {
-                    NextUse::In(d) if d <= reach.saturating_add(lead) => {
-                        due.push((d, s));
-                    }
+                let next_use = plan.next_use(s.key, step, now);
+                if decide::is_due(next_use, reach, lead) {
+                    due.push((next_use.distance_or(u32::MAX), s));
+                } else {
                     // Placed under an older position or plan: place it again.
-                    other => index.set_due(s.id, placement.due_of(other)),
+                    index.set_due(s.id, placement.due_of(next_use));
                 }
             }
             due
@@ -84,8 +81,7 @@ impl DeviceEngine {
         let budget = limits.budget.unwrap_or(u64::MAX);
         let mut used = self.device_committed();
         for (d, spilled) in due {
-            let ahead = headroom.get(d as usize).or(headroom.last()).copied();
-            let ceiling = budget.saturating_sub(ahead.unwrap_or(0));
+            let ceiling = decide::ceiling(budget, &headroom, d);
             if used + spilled.bytes > ceiling {
                 // Room for the soonest one left out is made by evicting tensors used after it;
                 // the later ones wait for their turn.
@@ -132,10 +128,10 @@ impl DeviceEngine {
         if now_step != step {
             return;
         }
-        let took = now.saturating_sub(at).min(MAX_LEAD);
         let old = self.transfer_ops.load(Ordering::Relaxed);
-        let decayed = old - old.div_ceil(8).min(old);
-        self.transfer_ops
-            .store(took.max(decayed), Ordering::Relaxed);
+        self.transfer_ops.store(
+            decide::learn_transfer_ops(old, now.saturating_sub(at)),
+            Ordering::Relaxed,
+        );
     }
 }

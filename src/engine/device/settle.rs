@@ -192,9 +192,13 @@ impl DeviceEngine {
                 // As far ahead as a move takes to land: an eviction for an op further away
                 // can still run after this one, when it is known to be needed.
                 let (_, now) = self.recorder.position();
-                let lookahead = 1 + self.transfer_ops.load(Ordering::Relaxed);
-                let ahead = plan.headroom(now, lookahead);
-                Some(budget.saturating_sub(ahead))
+                let transfer_ops = self.transfer_ops.load(Ordering::Relaxed);
+                Some(crate::policy::prefetch::settle_target(
+                    budget,
+                    &plan,
+                    now,
+                    transfer_ops,
+                ))
             }
             _ => None,
         };

@@ -1,0 +1,87 @@
+//! Prefetch and settle decisions as pure functions of the plan and the engine's figures: which
+//! spilled tensors are due, how high a prefetch may fill the device, where the device is kept
+//! after an op, and how the engine learns how far ahead a move must start. The engine and the
+//! dry-run simulation ([`crate::plan`]) both call these, so that the simulation predicts what
+//! the engine does rather than what a copy of it would.
+
+use super::plan::{NextUse, UsePlan};
+
+/// The largest lead a late tensor's prefetch trigger moves to, in ops beyond the window.
+pub const MAX_LEAD: u32 = 64;
+
+/// How many ops ahead prefetches are looked for: the window, plus as many ops as a move has
+/// been taking to land.
+pub fn reach(window: u32, transfer_ops: u32) -> u32 {
+    window + transfer_ops
+}
+
+/// Whether a spilled tensor next used `next_use` ops away is due for a prefetch now, given the
+/// `lead` it earned by arriving late before.
+pub fn is_due(next_use: NextUse, reach: u32, lead: u32) -> bool {
+    matches!(next_use, NextUse::In(d) if d <= reach.saturating_add(lead))
+}
+
+/// The device level a prefetch for a use `distance` ops away may fill the device up to: the
+/// budget, less the room the ops up to that use need (`headroom`, from
+/// [`UsePlan::headroom_curve`]), so that the prefetched tensor is not evicted again before its
+/// use. Past the curve's end its last value holds.
+pub fn ceiling(budget: u64, headroom: &[u64], distance: u32) -> u64 {
+    let ahead = headroom
+        .get(distance as usize)
+        .or(headroom.last())
+        .copied()
+        .unwrap_or(0);
+    budget.saturating_sub(ahead)
+}
+
+/// A tensor that arrived late is asked for earlier next step (Capuchin's rule): its lead
+/// doubles, from 1 up to [`MAX_LEAD`].
+pub fn lead_after_late(lead: u32) -> u32 {
+    (lead.saturating_mul(2)).clamp(1, MAX_LEAD)
+}
+
+/// Folds one prefetch that took `took` ops from queueing to landing into the running worst
+/// case `old`, which decays by an eighth per sample so that one slow transfer is forgotten.
+pub fn learn_transfer_ops(old: u32, took: u32) -> u32 {
+    let decayed = old - old.div_ceil(8).min(old);
+    took.min(MAX_LEAD).max(decayed)
+}
+
+/// Where the device is brought after the op at position `now`, once a plan exists: the budget
+/// less the bytes the ops ahead add, as far ahead as a move takes to land (an eviction for an
+/// op further away can still run after this one, when it is known to be needed). Any more
+/// headroom would only move bytes the step still needs (Belady's MIN evicts only when an op
+/// needs the room).
+pub fn settle_target(budget: u64, plan: &UsePlan, now: u32, transfer_ops: u32) -> u64 {
+    budget.saturating_sub(plan.headroom(now, 1 + transfer_ops))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_ceiling_leaves_the_room_the_ops_up_to_the_use_need() {
+        let headroom = [10, 30, 30, 50];
+        assert_eq!(ceiling(100, &headroom, 0), 90);
+        assert_eq!(ceiling(100, &headroom, 3), 50);
+        // Past the curve its last value holds; an empty curve asks for nothing.
+        assert_eq!(ceiling(100, &headroom, 9), 50);
+        assert_eq!(ceiling(100, &[], 9), 100);
+        assert_eq!(ceiling(20, &headroom, 3), 0);
+    }
+
+    #[test]
+    fn leads_double_to_a_cap_and_the_transfer_estimate_decays() {
+        assert_eq!(lead_after_late(0), 1);
+        assert_eq!(lead_after_late(8), 16);
+        assert_eq!(lead_after_late(MAX_LEAD), MAX_LEAD);
+        assert_eq!(learn_transfer_ops(0, 3), 3);
+        assert_eq!(learn_transfer_ops(16, 0), 14);
+        assert_eq!(learn_transfer_ops(1, 0), 0);
+        assert_eq!(learn_transfer_ops(0, 1000), MAX_LEAD);
+        assert!(is_due(NextUse::In(5), 4, 1));
+        assert!(!is_due(NextUse::In(6), 4, 1));
+        assert!(!is_due(NextUse::Never, 4, 1));
+    }
+}
