@@ -116,4 +116,36 @@ pub enum SpillError {
         /// [`TAPE_SCHEMA_VERSION`](crate::TAPE_SCHEMA_VERSION).
         expected: u32,
     },
+    /// A device profile for the dry-run planner is unknown, does not parse, or holds a figure
+    /// that is missing, negative or zero.
+    #[error("burn-spill: device profile {profile}: {reason}")]
+    Profile {
+        /// The profile's name or file.
+        profile: String,
+        /// What was wrong and what is accepted.
+        reason: String,
+    },
+
+    /// A dry run was asked for with a budget no op of the step can run under: the largest op's
+    /// own inputs and outputs need more.
+    #[error(
+        "burn-spill: a device budget of {budget} bytes is below what op {op} (`{name}`) needs on          its own ({needed} bytes of inputs and outputs); plan with a budget of at least {needed} bytes"
+    )]
+    PlanBudget {
+        /// The budget asked for.
+        budget: u64,
+        /// The op's index on the tape.
+        op: usize,
+        /// The op's name.
+        name: String,
+        /// Its inputs and outputs.
+        needed: u64,
+    },
+
+    /// A batch search was given tapes it cannot compare.
+    #[error("burn-spill: batch search: {reason}")]
+    BatchSearch {
+        /// What was wrong and what is accepted.
+        reason: String,
+    },
 }

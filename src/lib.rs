@@ -35,6 +35,7 @@ mod config;
 mod engine;
 mod error;
 mod fast_hash;
+pub mod plan;
 pub mod policy;
 mod stats;
 pub mod tape;

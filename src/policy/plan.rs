@@ -95,7 +95,7 @@ const MAX_HEADROOM_LOOKAHEAD: u32 = 64;
 
 /// Maps a tape's op indices to positions: ops of the stepping thread get consecutive positions,
 /// the others none.
-fn positions_of(tape: &StepTape) -> Vec<Option<u32>> {
+pub(crate) fn positions_of(tape: &StepTape) -> Vec<Option<u32>> {
     let mut per_thread: HashMap<u64, usize> = HashMap::new();
     for op in &tape.ops {
         *per_thread.entry(op.thread).or_default() += 1;
@@ -118,7 +118,7 @@ fn positions_of(tape: &StepTape) -> Vec<Option<u32>> {
 }
 
 /// Each tensor of a tape with its key there, and the positions that read it.
-fn keys_and_uses(tape: &StepTape) -> (u32, HashMap<u64, (PlanKey, Vec<u32>)>) {
+pub(crate) fn keys_and_uses(tape: &StepTape) -> (u32, HashMap<u64, (PlanKey, Vec<u32>)>) {
     let positions = positions_of(tape);
     let mut by_id: HashMap<u64, (PlanKey, Vec<u32>)> = HashMap::new();
     for (op, pos) in tape.ops.iter().zip(&positions) {

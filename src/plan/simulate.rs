@@ -1,0 +1,792 @@
+//! A discrete-event simulation of one step on a device profile, with the engine's own
+//! decisions.
+//!
+//! The compute stream runs the tape's ops in order, each for its device time
+//! ([`super::cost`]). Device-to-host, host-to-device and disk transfers run on queues of their
+//! own at the profile's bandwidths and latency (both link directions at the duplex rate while
+//! the other one is busy). An op starts when the stream is free, its inputs are on the device
+//! and the room it needs is free; the time it waits is the stall. An evicted tensor's device
+//! bytes are freed when its copy has left.
+//!
+//! What to evict and what to prefetch are decided by the code the engine runs
+//! ([`crate::policy::victim::pick`] and [`crate::policy::victim::needed_soon`] over candidates
+//! ranked by the configured policy, [`crate::policy::prefetch`]'s due rule, prefetch ceiling,
+//! settle target, late-arrival leads and transfer-ops estimate, and the [`UsePlan`]'s
+//! headroom), fed with the simulated state instead of the engine's.
+//!
+//! Simplifications, each with its effect on the prediction:
+//! - The step is its own plan (the engine plans step `n + 1` from step `n`): a repeating
+//!   step's steady state. It runs a few times, each run starting where the one before ended
+//!   (what survived it is paired with the next step's tensors from before it by
+//!   [`carry::pairs`], and the plan knows their next use), and the last run is reported, so
+//!   that leads and the transfer estimate have been learnt.
+//! - One stream: ops of other threads run in tape order on it.
+//! - The engine's choice to run a small move on the op thread instead of a worker, and its
+//!   bookkeeping time, are not modelled (they matter on a CPU backend, not on a GPU).
+
+use std::collections::{HashMap, HashSet};
+
+use serde::Serialize;
+
+use crate::engine::TensorId;
+use crate::policy::PolicyKind;
+use crate::policy::plan::{KeyAt, NextUse, PlanKey, UsePlan, keys_and_uses, positions_of};
+use crate::policy::prefetch as decide;
+use crate::policy::victim::{self, Bandwidth, Candidate};
+use crate::tape::StepTape;
+
+use super::carry;
+use super::profile::DeviceProfile;
+
+/// What the simulated engine is configured with (resolved from a `SpillConfig`).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Settings {
+    pub budget: u64,
+    pub host_limit: Option<u64>,
+    pub policy: PolicyKind,
+    pub prefetch_window: u32,
+    pub asynchronous: bool,
+}
+
+/// Bytes moved in each direction.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct Traffic {
+    /// Evicted from the device into the host tier.
+    pub device_to_host: u64,
+    /// Evicted from the device straight to disk (the host tier full).
+    pub device_to_disk: u64,
+    /// Restored from the host tier.
+    pub host_to_device: u64,
+    /// Restored from disk.
+    pub disk_to_device: u64,
+}
+
+impl Traffic {
+    /// Every byte moved, both directions.
+    pub fn total(&self) -> u64 {
+        self.device_to_host + self.device_to_disk + self.host_to_device + self.disk_to_device
+    }
+}
+
+/// The simulated step.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct Simulated {
+    /// Seconds from the first op's start to the last op's end.
+    pub step_seconds: f64,
+    /// Seconds the ops themselves ran.
+    pub compute_seconds: f64,
+    /// Seconds the stream waited for inputs or room.
+    pub stall_seconds: f64,
+    /// The most bytes on the device (resident, in flight to it, or still leaving it).
+    pub device_peak: u64,
+    /// The most bytes in the host tier.
+    pub host_peak: u64,
+    /// Bytes per direction.
+    pub traffic: Traffic,
+    /// Tensors evicted.
+    pub evictions: u64,
+    /// Prefetches issued.
+    pub prefetches: u64,
+    /// Inputs found off the device by their op (restored on demand, or arriving late).
+    pub late_inputs: u64,
+    /// Inputs a prefetch brought in time.
+    pub prefetch_hits: u64,
+    /// Ops that ran with more than the budget on the device.
+    pub over_budget_ops: u64,
+    /// Windows of `prefetch_window` ops (at least 1) whose moves need more link time than
+    /// their ops compute.
+    pub saturated_windows: u32,
+    /// Windows of the step.
+    pub windows: u32,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Place {
+    Device,
+    /// Copying off the device; its device bytes are freed at `done`.
+    Leaving {
+        done: f64,
+        to_disk: bool,
+    },
+    Host,
+    Disk,
+    /// Copying to the device, queued after op `from_op`.
+    Arriving {
+        done: f64,
+        from_op: usize,
+    },
+}
+
+/// The link and disk queues: when each is free.
+#[derive(Debug, Clone, Copy, Default)]
+struct Queues {
+    to_host: f64,
+    to_device: f64,
+    disk: f64,
+}
+
+/// What the engine learns from step to step.
+#[derive(Debug, Clone, Default)]
+struct Learnt {
+    leads: HashMap<PlanKey, u32>,
+    transfer_ops: u32,
+}
+
+struct Sim<'a> {
+    tape: &'a StepTape,
+    profile: &'a DeviceProfile,
+    settings: Settings,
+    op_seconds: &'a [f64],
+    /// Host time before each op, and after the last.
+    gaps: &'a (Vec<f64>, f64),
+    plan: &'a UsePlan,
+    keys: HashMap<TensorId, PlanKey>,
+    /// Per op: the stepping thread's position at it, and after it.
+    positions: Vec<u32>,
+    positions_after: Vec<u32>,
+    sizes: HashMap<TensorId, u64>,
+    drops_after: HashMap<u32, Vec<TensorId>>,
+    place: HashMap<TensorId, Place>,
+    last_use: HashMap<TensorId, u64>,
+    prefetched: HashSet<TensorId>,
+    /// Device bytes of tensors resident, arriving or leaving.
+    device: u64,
+    /// Of those, leaving (freed when their copies are done).
+    leaving: u64,
+    host: u64,
+    queues: Queues,
+    clock: f64,
+    learnt: Learnt,
+    moved_per_op: Vec<u64>,
+    out: Simulated,
+}
+
+/// Simulates `tape` on `profile`, each op taking `op_seconds`, under `settings`.
+pub(crate) fn simulate(
+    tape: &StepTape,
+    profile: &DeviceProfile,
+    op_seconds: &[f64],
+    gaps: &(Vec<f64>, f64),
+    settings: Settings,
+) -> Simulated {
+    let pairs = carry::pairs(tape);
+    let plan = carry::repeating_plan(tape, &pairs);
+    let mut learnt = Learnt::default();
+    let mut start = Start::default();
+    let mut result = Simulated::default();
+    // The step repeats: each run starts where the one before ended (what survived it, in the
+    // tier it ended in, its copies still under way) and with what the engine learnt in it.
+    // The last of a few is the steady state reported.
+    for _ in 0..STEADY_STATE_RUNS {
+        let mut sim = Sim::new(tape, profile, &plan, op_seconds, gaps, settings, learnt);
+        sim.run(&start);
+        learnt = sim.learnt.clone();
+        start = sim.hand_over(&pairs);
+        result = sim.finish();
+    }
+    result
+}
+
+/// Runs of the step simulated before the one reported: enough for leads to settle.
+const STEADY_STATE_RUNS: usize = 3;
+
+/// Where a step starts: the tiers of the tensors the step before handed over, and its copies
+/// still under way, on this step's clock.
+#[derive(Debug, Clone, Default)]
+struct Start {
+    places: HashMap<TensorId, Place>,
+    queues: Queues,
+}
+
+impl<'a> Sim<'a> {
+    fn new(
+        tape: &'a StepTape,
+        profile: &'a DeviceProfile,
+        plan: &'a UsePlan,
+        op_seconds: &'a [f64],
+        gaps: &'a (Vec<f64>, f64),
+        settings: Settings,
+        learnt: Learnt,
+    ) -> Self {
+        let (_, by_id) = keys_and_uses(tape);
+        let keys = by_id.into_iter().map(|(id, (key, _))| (id, key)).collect();
+        // An op sees the position of the stepping thread's ops before it; after it, the
+        // recorder has counted it too.
+        let mut ran = 0;
+        let (mut positions, mut positions_after) = (Vec::new(), Vec::new());
+        for p in positions_of(tape) {
+            positions.push(ran);
+            if p.is_some() {
+                ran += 1;
+            }
+            positions_after.push(ran);
+        }
+        let mut drops_after: HashMap<u32, Vec<TensorId>> = HashMap::new();
+        for d in &tape.drops {
+            drops_after.entry(d.after_ops).or_default().push(d.id);
+        }
+        Self {
+            tape,
+            profile,
+            settings,
+            op_seconds,
+            gaps,
+            plan,
+            keys,
+            positions,
+            positions_after,
+            sizes: tape.tensors.iter().map(|t| (t.id, t.bytes)).collect(),
+            drops_after,
+            place: HashMap::new(),
+            last_use: HashMap::new(),
+            prefetched: HashSet::new(),
+            device: 0,
+            leaving: 0,
+            host: 0,
+            queues: Queues::default(),
+            clock: 0.0,
+            learnt,
+            moved_per_op: vec![0; tape.ops.len()],
+            out: Simulated::default(),
+        }
+    }
+
+    fn size(&self, id: TensorId) -> u64 {
+        self.sizes.get(&id).copied().unwrap_or(0)
+    }
+
+    fn planning(&self) -> bool {
+        self.settings.policy != PolicyKind::Lru || self.settings.prefetch_window > 0
+    }
+
+    fn next_use(&self, id: TensorId, now: u32) -> NextUse {
+        match self.keys.get(&id) {
+            Some(&key) => self.plan.next_use(KeyAt { step: 0, key }, 0, now),
+            None => NextUse::Unknown,
+        }
+    }
+
+    fn lead(&self, id: TensorId) -> u32 {
+        self.keys
+            .get(&id)
+            .and_then(|k| self.learnt.leads.get(k))
+            .copied()
+            .unwrap_or(0)
+    }
+
+    /// Tensors from before the step: where the step before left them, or for those it did not
+    /// hand over (the first step's, the batch) on the device in the order of first use while
+    /// they fit under the first settle target, the rest in the host tier (or on disk past its
+    /// limit).
+    fn place_sources(&mut self, start: &Start) {
+        self.queues = start.queues;
+        let mut sources: Vec<(u32, TensorId, u64)> = Vec::new();
+        for t in self.tape.tensors.iter().filter(|t| t.producer.is_none()) {
+            let Some(&place) = start.places.get(&t.id) else {
+                let first = match self.next_use(t.id, 0) {
+                    NextUse::In(d) => d,
+                    _ => u32::MAX,
+                };
+                sources.push((first, t.id, t.bytes));
+                continue;
+            };
+            match place {
+                Place::Device | Place::Arriving { .. } => self.device += t.bytes,
+                Place::Leaving { to_disk, .. } => {
+                    self.device += t.bytes;
+                    self.leaving += t.bytes;
+                    if !to_disk {
+                        self.host += t.bytes;
+                    }
+                }
+                Place::Host => self.host += t.bytes,
+                Place::Disk => {}
+            }
+            self.place.insert(t.id, place);
+        }
+        sources.sort();
+        let room = if self.planning() && self.settings.budget != u64::MAX {
+            decide::settle_target(self.settings.budget, self.plan, 0, self.learnt.transfer_ops)
+        } else {
+            self.settings.budget
+        };
+        for (_, id, bytes) in sources {
+            if self.device + bytes <= room {
+                self.device += bytes;
+                self.place.insert(id, Place::Device);
+            } else if self.host_has_room(bytes) {
+                self.host += bytes;
+                self.place.insert(id, Place::Host);
+            } else {
+                self.place.insert(id, Place::Disk);
+            }
+        }
+        self.out.host_peak = self.host;
+        self.out.device_peak = self.device;
+    }
+
+    /// Where the next step starts: each survivor's tier, as its counterpart's, and the copies
+    /// under way, with times on the next step's clock.
+    fn hand_over(&self, pairs: &[(TensorId, TensorId)]) -> Start {
+        let end = self.clock + self.gaps.1;
+        let shift = |t: f64| (t - end).max(0.0);
+        let places = pairs
+            .iter()
+            .filter_map(|(survivor, source)| {
+                let place = match *self.place.get(survivor)? {
+                    Place::Leaving { done, to_disk } => Place::Leaving {
+                        done: shift(done),
+                        to_disk,
+                    },
+                    Place::Arriving { done, .. } => Place::Arriving {
+                        done: shift(done),
+                        from_op: 0,
+                    },
+                    other => other,
+                };
+                Some((*source, place))
+            })
+            .collect();
+        Start {
+            places,
+            queues: Queues {
+                to_host: shift(self.queues.to_host),
+                to_device: shift(self.queues.to_device),
+                disk: shift(self.queues.disk),
+            },
+        }
+    }
+
+    fn host_has_room(&self, bytes: u64) -> bool {
+        self.settings
+            .host_limit
+            .is_none_or(|limit| self.host + bytes <= limit)
+    }
+
+    fn run(&mut self, start: &Start) {
+        self.place_sources(start);
+        self.drop_after(0);
+        for i in 0..self.tape.ops.len() {
+            self.run_op(i);
+            // Handles an op consumed drop as it returns, before the engine's work after it.
+            self.drop_after(i as u32 + 1);
+            if self.settings.budget != u64::MAX && self.planning() {
+                self.after_op(i);
+            }
+        }
+    }
+
+    /// Copies that finished by `t` land: leaving bytes are freed, arriving ones are resident.
+    fn retire(&mut self, t: f64, op: usize) {
+        let mut landed = Vec::new();
+        for (id, place) in &self.place {
+            match *place {
+                Place::Leaving { done, to_disk } if done <= t => landed.push((*id, Some(to_disk))),
+                Place::Arriving { done, from_op } if done <= t => {
+                    landed.push((*id, None));
+                    self.learnt.transfer_ops = decide::learn_transfer_ops(
+                        self.learnt.transfer_ops,
+                        op.saturating_sub(from_op) as u32,
+                    );
+                }
+                _ => {}
+            }
+        }
+        for (id, to_disk) in landed {
+            let bytes = self.size(id);
+            match to_disk {
+                Some(to_disk) => {
+                    self.device -= bytes;
+                    self.leaving -= bytes;
+                    self.place
+                        .insert(id, if to_disk { Place::Disk } else { Place::Host });
+                }
+                None => {
+                    self.place.insert(id, Place::Device);
+                }
+            }
+        }
+    }
+
+    /// Frees the tensors whose last handle dropped once `ops` ops had run.
+    fn drop_after(&mut self, ops: u32) {
+        if let Some(dropped) = self.drops_after.get(&ops).cloned() {
+            for id in dropped {
+                self.free(id);
+            }
+        }
+    }
+
+    fn free(&mut self, id: TensorId) {
+        let bytes = self.size(id);
+        match self.place.remove(&id) {
+            Some(Place::Device | Place::Arriving { .. }) => self.device -= bytes,
+            Some(Place::Leaving { to_disk, .. }) => {
+                self.device -= bytes;
+                self.leaving -= bytes;
+                if !to_disk {
+                    self.host -= bytes;
+                }
+            }
+            Some(Place::Host) => self.host -= bytes,
+            Some(Place::Disk) | None => {}
+        }
+        self.prefetched.remove(&id);
+    }
+
+    /// The earliest time both a link direction is free and `after` has passed, and how long
+    /// `bytes` take on it then.
+    fn link(&self, to_device: bool, after: f64, bytes: u64) -> (f64, f64) {
+        let (own, other) = if to_device {
+            (self.queues.to_device, self.queues.to_host)
+        } else {
+            (self.queues.to_host, self.queues.to_device)
+        };
+        let start = own.max(after);
+        (
+            start,
+            self.profile.link_seconds(bytes, to_device, other > start),
+        )
+    }
+
+    /// Starts copying `id` off the device no earlier than `after`; returns when its bytes are
+    /// freed.
+    fn evict(&mut self, id: TensorId, after: f64, op: usize) -> f64 {
+        let bytes = self.size(id);
+        let to_disk = !self.host_has_room(bytes);
+        let (start, took) = self.link(false, after, bytes);
+        let done = start + took;
+        self.queues.to_host = done;
+        if to_disk {
+            // The host buffer goes to disk behind the copy; the device is free once it is out.
+            self.queues.disk = self.queues.disk.max(done) + self.profile.disk_seconds(bytes, true);
+            self.out.traffic.device_to_disk += bytes;
+        } else {
+            self.host += bytes;
+            self.out.host_peak = self.out.host_peak.max(self.host);
+            self.out.traffic.device_to_host += bytes;
+        }
+        self.leaving += bytes;
+        self.prefetched.remove(&id);
+        self.place.insert(id, Place::Leaving { done, to_disk });
+        self.out.evictions += 1;
+        self.moved_per_op[op] += bytes;
+        done
+    }
+
+    /// Starts bringing `id` back no earlier than `after`; returns when it is resident.
+    fn restore(&mut self, id: TensorId, after: f64, op: usize) -> f64 {
+        let bytes = self.size(id);
+        let from_disk = self.place.get(&id) == Some(&Place::Disk);
+        let mut ready = after;
+        if from_disk {
+            let start = self.queues.disk.max(after);
+            ready = start + self.profile.disk_seconds(bytes, false);
+            self.queues.disk = ready;
+            self.out.traffic.disk_to_device += bytes;
+        } else {
+            self.host -= bytes;
+            self.out.traffic.host_to_device += bytes;
+        }
+        let (start, took) = self.link(true, ready, bytes);
+        let done = start + took;
+        self.queues.to_device = done;
+        self.grow(bytes);
+        self.place.insert(id, Place::Arriving { done, from_op: op });
+        self.moved_per_op[op] += bytes;
+        done
+    }
+
+    /// Victims among the resident, unpinned tensors that bring the device (less what is
+    /// leaving) down to `target`, chosen as the engine's `victims` chooses them; with `beyond`,
+    /// only tensors next used after that position.
+    fn victims(
+        &self,
+        now: u32,
+        want: u64,
+        pinned: &HashSet<TensorId>,
+        beyond: Option<u32>,
+    ) -> Vec<TensorId> {
+        let window = self.settings.prefetch_window.min(self.plan.len());
+        let (mut later, mut soon) = (Vec::new(), Vec::new());
+        let mut ids: Vec<TensorId> = self
+            .place
+            .iter()
+            .filter(|(id, p)| **p == Place::Device && !pinned.contains(id))
+            .map(|(id, _)| *id)
+            .collect();
+        ids.sort_unstable();
+        for id in ids {
+            let next_use = if self.planning() {
+                self.next_use(id, now)
+            } else {
+                NextUse::Unknown
+            };
+            if let (Some(beyond), NextUse::In(d)) = (beyond, next_use)
+                && now + d <= beyond
+            {
+                continue;
+            }
+            let candidate = Candidate {
+                id,
+                bytes: self.size(id),
+                last_use: self.last_use.get(&id).copied().unwrap_or(0),
+                next_use,
+            };
+            if victim::needed_soon(
+                self.prefetched.contains(&id),
+                next_use,
+                window,
+                self.lead(id),
+            ) {
+                soon.push(candidate);
+            } else {
+                later.push(candidate);
+            }
+        }
+        let bandwidth = Bandwidth {
+            bytes_per_sec: self.profile.host_to_device_gb_per_s * 1e9,
+            latency: std::time::Duration::from_secs_f64(self.profile.transfer_latency_us * 1e-6),
+        };
+        let plan_len = self.planning().then_some(self.plan.len());
+        victim::pick(
+            self.settings.policy,
+            plan_len,
+            bandwidth,
+            &later,
+            &soon,
+            want,
+            beyond.is_none(),
+        )
+    }
+
+    /// Evicts until the device less what is leaving is at most `target`; returns when the
+    /// last eviction's bytes are freed (`after` when nothing needed to go).
+    fn evict_down_to(
+        &mut self,
+        target: u64,
+        after: f64,
+        op: usize,
+        now: u32,
+        pinned: &HashSet<TensorId>,
+        beyond: Option<u32>,
+    ) -> f64 {
+        let mut freed_at = after;
+        let staying = self.device - self.leaving;
+        if staying <= target {
+            return freed_at;
+        }
+        for id in self.victims(now, staying - target, pinned, beyond) {
+            if self.device - self.leaving <= target {
+                break;
+            }
+            freed_at = freed_at.max(self.evict(id, after, op));
+        }
+        freed_at
+    }
+
+    fn run_op(&mut self, i: usize) {
+        let op = &self.tape.ops[i];
+        self.clock += self.gaps.0[i];
+        self.retire(self.clock, i);
+        let inputs: Vec<TensorId> = {
+            let mut seen = Vec::with_capacity(op.inputs.len());
+            for id in &op.inputs {
+                if !seen.contains(id) {
+                    seen.push(*id);
+                }
+            }
+            seen
+        };
+        let pinned: HashSet<TensorId> = inputs.iter().copied().collect();
+        let new_outputs: u64 = op
+            .outputs
+            .iter()
+            .filter(|id| !pinned.contains(id) && !self.place.contains_key(id))
+            .map(|id| self.size(*id))
+            .sum();
+        // When the inputs are all on the device, and when the room for the restores is free.
+        let mut ready = self.clock;
+        let mut room_at = self.clock;
+        let mut to_restore = Vec::new();
+        for &id in &inputs {
+            match self.place.get(&id).copied() {
+                Some(Place::Device) => {
+                    if self.prefetched.remove(&id) {
+                        self.out.prefetch_hits += 1;
+                    }
+                }
+                Some(Place::Arriving { done, .. }) => {
+                    ready = ready.max(done);
+                    self.late(id);
+                }
+                Some(Place::Leaving { done, .. }) => {
+                    // Out it goes, then back.
+                    to_restore.push((id, done));
+                    self.late(id);
+                }
+                Some(Place::Host | Place::Disk) => {
+                    to_restore.push((id, self.clock));
+                    self.late(id);
+                }
+                None => {
+                    // Made before the step by something the tape did not see: resident.
+                    self.grow(self.size(id));
+                    self.place.insert(id, Place::Device);
+                }
+            }
+        }
+        let budget = self.settings.budget;
+        let restore_bytes: u64 = to_restore.iter().map(|(id, _)| self.size(*id)).sum();
+        let need = restore_bytes + new_outputs;
+        if self.device + need > budget {
+            // Room first, on the op's thread: the op waits for the copies to leave.
+            let target = budget.saturating_sub(need);
+            let evicted =
+                self.evict_down_to(target, self.clock, i, self.positions[i], &pinned, None);
+            let left = self.left_down_to(target);
+            room_at = if left.is_finite() { left } else { evicted }.max(self.clock);
+            ready = ready.max(room_at);
+            if self.device - self.leaving + need > budget {
+                self.out.over_budget_ops += 1;
+            }
+        }
+        // The copies that make the room have left by the time the restores start.
+        self.retire(room_at, i);
+        for (id, after) in to_restore {
+            if let Some(Place::Leaving { .. }) = self.place.get(&id) {
+                // Its copy out lands first.
+                self.retire(after, i);
+            }
+            let done = self.restore(id, after.max(room_at), i);
+            ready = ready.max(done);
+        }
+        self.retire(ready, i);
+        let start = ready.max(self.clock);
+        self.out.stall_seconds += start - self.clock;
+        self.out.compute_seconds += self.op_seconds[i];
+        self.clock = start + self.op_seconds[i];
+        for id in &op.outputs {
+            if !self.place.contains_key(id) {
+                self.grow(self.size(*id));
+                self.place.insert(*id, Place::Device);
+            }
+            self.last_use.insert(*id, i as u64 + 1);
+        }
+        for id in &inputs {
+            self.last_use.insert(*id, i as u64 + 1);
+        }
+    }
+
+    /// When enough of what is leaving the device has left for it to hold at most `target`
+    /// (`f64::INFINITY` when even all of it is not enough).
+    fn left_down_to(&self, target: u64) -> f64 {
+        let mut leaving: Vec<(f64, u64)> = self
+            .place
+            .iter()
+            .filter_map(|(id, p)| match p {
+                Place::Leaving { done, .. } => Some((*done, self.size(*id))),
+                _ => None,
+            })
+            .collect();
+        leaving.sort_by(|a, b| a.0.total_cmp(&b.0));
+        let mut device = self.device;
+        let mut at = self.clock;
+        for (done, bytes) in leaving {
+            if device <= target {
+                break;
+            }
+            device -= bytes;
+            at = at.max(done);
+        }
+        if device <= target { at } else { f64::INFINITY }
+    }
+
+    /// Device bytes taken (an output, a restore started): the peak is sampled here.
+    fn grow(&mut self, bytes: u64) {
+        self.device += bytes;
+        self.out.device_peak = self.out.device_peak.max(self.device);
+    }
+
+    /// An input was not on the device when its op came: Capuchin's rule asks for it earlier.
+    fn late(&mut self, id: TensorId) {
+        self.out.late_inputs += 1;
+        if self.settings.prefetch_window > 0
+            && let Some(&key) = self.keys.get(&id)
+        {
+            let lead = self.learnt.leads.entry(key).or_default();
+            *lead = decide::lead_after_late(*lead);
+        }
+    }
+
+    /// The engine's `after_op`: prefetch what is due, make room for the first that did not
+    /// fit, and settle the device at the plan's target.
+    fn after_op(&mut self, i: usize) {
+        let now = self.positions_after[i];
+        let budget = self.settings.budget;
+        let none = HashSet::new();
+        let mut background_done = self.clock;
+        if self.settings.prefetch_window > 0 {
+            let window = self.settings.prefetch_window.min(self.plan.len());
+            let reach = decide::reach(window, self.learnt.transfer_ops);
+            let mut due: Vec<(u32, TensorId)> = self
+                .place
+                .iter()
+                .filter(|(_, p)| matches!(p, Place::Host | Place::Disk))
+                .filter_map(|(id, _)| {
+                    let next_use = self.next_use(*id, now);
+                    decide::is_due(next_use, reach, self.lead(*id))
+                        .then(|| (next_use.distance_or(u32::MAX), *id))
+                })
+                .collect();
+            due.sort_unstable();
+            if let Some(&(furthest, _)) = due.last() {
+                let headroom = self.plan.headroom_curve(now, furthest + 1);
+                // What is still leaving counts until it has left, as in the engine.
+                let mut used = self.device;
+                for (d, id) in due {
+                    let bytes = self.size(id);
+                    let ceiling = decide::ceiling(budget, &headroom, d);
+                    if used + bytes > ceiling {
+                        let level = ceiling.saturating_sub(bytes);
+                        let done =
+                            self.evict_down_to(level, self.clock, i, now, &none, Some(now + d));
+                        background_done = background_done.max(done);
+                        break;
+                    }
+                    used += bytes;
+                    let done = self.restore(id, self.clock, i);
+                    self.prefetched.insert(id);
+                    self.out.prefetches += 1;
+                    background_done = background_done.max(done);
+                }
+            }
+        }
+        let target = decide::settle_target(budget, self.plan, now, self.learnt.transfer_ops);
+        let done = self.evict_down_to(target, self.clock, i, now, &none, None);
+        background_done = background_done.max(done);
+        if !self.settings.asynchronous {
+            // The synchronous engine moves between ops, on the op's thread.
+            self.out.stall_seconds += background_done - self.clock;
+            self.clock = background_done;
+        }
+    }
+
+    fn finish(mut self) -> Simulated {
+        self.out.step_seconds = self.clock + self.gaps.1;
+        let size = self.settings.prefetch_window.max(1) as usize;
+        let rate = self.profile.host_to_device_gb_per_s * 1e9;
+        for (moved, seconds) in self
+            .moved_per_op
+            .chunks(size)
+            .zip(self.op_seconds.chunks(size))
+        {
+            self.out.windows += 1;
+            let capacity = rate * seconds.iter().sum::<f64>();
+            if moved.iter().sum::<u64>() as f64 > capacity {
+                self.out.saturated_windows += 1;
+            }
+        }
+        self.out
+    }
+}

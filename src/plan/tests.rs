@@ -1,0 +1,298 @@
+//! The dry run on synthetic steps whose answers are known.
+
+use super::*;
+use crate::tape::{DropRecord, OpRecord, Producer, TensorRecord};
+use crate::{PolicyKind, TensorRole};
+
+const MIB: u64 = 1 << 20;
+
+/// A step of `ops` (name, inputs, outputs) over f32 vectors of `sizes` bytes; tensors no op
+/// produced come from before the step.
+fn tape(ops: &[(&str, &[u64], &[u64])], sizes: &[(u64, u64)], drops: &[(u64, u32)]) -> StepTape {
+    let tensors = sizes
+        .iter()
+        .map(|&(id, bytes)| TensorRecord {
+            id,
+            bytes,
+            dtype: "F32".into(),
+            shape: vec![(bytes / 4) as usize],
+            role: TensorRole::Other,
+            producer: ops
+                .iter()
+                .position(|(_, _, out)| out.contains(&id))
+                .map(|op| Producer {
+                    op: op as u32,
+                    output: 0,
+                }),
+        })
+        .collect();
+    StepTape {
+        version: crate::tape::TAPE_SCHEMA_VERSION,
+        ops: ops
+            .iter()
+            .map(|(name, i, o)| OpRecord {
+                name: name.to_string(),
+                inputs: i.to_vec(),
+                outputs: o.to_vec(),
+                start_ns: 0,
+                duration_ns: 1_000,
+                thread: 1,
+            })
+            .collect(),
+        tensors,
+        drops: drops
+            .iter()
+            .map(|&(id, after_ops)| DropRecord { id, after_ops })
+            .collect(),
+        ..Default::default()
+    }
+}
+
+/// A device whose figures make times easy: 1 GB/s memory, a 1 GB/s link each way, no fixed
+/// costs.
+fn slow_device() -> DeviceProfile {
+    let mut p = DeviceProfile::builtin("a100-pcie4").unwrap();
+    p.name = "slow".into();
+    p.hbm_gb_per_s = 1.0;
+    p.memory_efficiency = 1.0;
+    p.host_to_device_gb_per_s = 1.0;
+    p.device_to_host_gb_per_s = 1.0;
+    p.duplex_gb_per_s = 1.0;
+    p.transfer_latency_us = 0.0;
+    p.launch_us = 0.0;
+    p
+}
+
+/// Two 8 MiB inputs a, b; a is read first and last, b in the middle, around a long chain of
+/// adds on c that make room scarce.
+fn forward_and_back() -> StepTape {
+    tape(
+        &[
+            ("float_exp", &[1], &[3]),
+            ("float_exp", &[2], &[4]),
+            ("float_add", &[3, 4], &[5]),
+            ("float_exp", &[5], &[6]),
+            ("float_exp", &[6], &[7]),
+            ("float_add", &[7, 2], &[8]),
+            ("float_add", &[8, 1], &[9]),
+        ],
+        &[
+            (1, 8 * MIB),
+            (2, 8 * MIB),
+            (3, 8 * MIB),
+            (4, 8 * MIB),
+            (5, 8 * MIB),
+            (6, 8 * MIB),
+            (7, 8 * MIB),
+            (8, 8 * MIB),
+            (9, 8 * MIB),
+        ],
+        &[(3, 3), (4, 3), (5, 4), (6, 5), (7, 6), (8, 7)],
+    )
+}
+
+fn config(budget: u64) -> SpillConfig {
+    SpillConfig::transformer()
+        .device_budget_bytes(budget)
+        .policy(PolicyKind::NextUse)
+}
+
+#[test]
+fn unlimited_memory_moves_nothing_and_takes_the_ops_time() {
+    let t = forward_and_back();
+    let p = slow_device();
+    let run = dry_run(&t, &p, &SpillConfig::default()).unwrap();
+    // Each op reads and writes 8 MiB per tensor at 1 GB/s: 2 or 3 tensors' worth.
+    let bytes: u64 = [2, 2, 3, 2, 2, 3, 3].iter().sum::<u64>() * 8 * MIB;
+    let expected = bytes as f64 / 1e9;
+    assert!((run.simulated.step_seconds - expected).abs() < 1e-9);
+    assert_eq!(run.simulated.traffic, Traffic::default());
+    assert_eq!(run.overhead, 0.0);
+    assert_eq!(run.unlimited_peak, run.simulated.device_peak);
+}
+
+#[test]
+fn a_budget_below_the_peak_moves_bytes_and_stays_within_it() {
+    let t = forward_and_back();
+    let p = slow_device();
+    let unlimited = dry_run(&t, &p, &SpillConfig::default()).unwrap();
+    for budget in [36 * MIB, 32 * MIB, 28 * MIB, 24 * MIB] {
+        let run = dry_run(&t, &p, &config(budget)).unwrap();
+        let sim = &run.simulated;
+        assert!(budget < unlimited.unlimited_peak);
+        assert_eq!(sim.over_budget_ops, 0, "{budget}: {sim:?}");
+        assert!(sim.device_peak <= budget, "{budget}: {sim:?}");
+        assert!(sim.traffic.total() > 0, "{budget}: {sim:?}");
+        assert!(run.overhead >= 0.0);
+        // What goes out comes back, or is never read again.
+        assert!(sim.traffic.host_to_device <= sim.traffic.device_to_host);
+    }
+}
+
+#[test]
+fn a_budget_below_one_op_is_refused_with_the_op() {
+    let t = forward_and_back();
+    let err = dry_run(&t, &slow_device(), &config(20 * MIB)).unwrap_err();
+    let text = err.to_string();
+    assert!(
+        text.contains("float_add") && text.contains(&(24 * MIB).to_string()),
+        "{text}"
+    );
+    assert_eq!(min_budget(&t), 24 * MIB);
+}
+
+/// One 64 MiB tensor spilled at the start and read after a long op: with prefetch its restore
+/// hides behind the op; without, the op after waits for all of it.
+#[test]
+fn prefetch_hides_a_restore_behind_compute() {
+    let t = tape(
+        &[
+            ("float_exp", &[2], &[3]),
+            // A long op: a 1 GiB matmul-free add on big tensors.
+            ("float_add", &[3, 4], &[5]),
+            ("float_add", &[5, 1], &[6]),
+        ],
+        &[
+            (1, 64 * MIB),
+            (2, 8 * MIB),
+            (3, 8 * MIB),
+            (4, 8 * MIB),
+            (5, 8 * MIB),
+            (6, 8 * MIB),
+        ],
+        &[],
+    );
+    let p = slow_device();
+    let budget = 8 * MIB * 5 + 64 * MIB;
+    let with = dry_run(&t, &p, &config(budget)).unwrap();
+    let without = dry_run(&t, &p, &config(budget).prefetch_window(0)).unwrap();
+    assert!(with.simulated.stall_seconds <= without.simulated.stall_seconds);
+    assert!(with.overhead <= without.overhead + 1e-12);
+}
+
+#[test]
+fn a_faster_link_costs_less() {
+    let t = forward_and_back();
+    let slow = slow_device();
+    let mut fast = slow.clone();
+    fast.host_to_device_gb_per_s = 100.0;
+    fast.device_to_host_gb_per_s = 100.0;
+    fast.duplex_gb_per_s = 100.0;
+    let budget = 24 * MIB;
+    let a = dry_run(&t, &slow, &config(budget).asynchronous(false)).unwrap();
+    let b = dry_run(&t, &fast, &config(budget).asynchronous(false)).unwrap();
+    assert_eq!(a.simulated.traffic, b.simulated.traffic);
+    assert!(b.overhead < a.overhead, "{} vs {}", b.overhead, a.overhead);
+    assert!(a.overhead > 0.0);
+}
+
+#[test]
+fn sweep_runs_every_feasible_fraction() {
+    let t = forward_and_back();
+    let runs = sweep(&t, &slow_device(), &config(0), &SWEEP_FRACTIONS).unwrap();
+    let peak = runs[0].unlimited_peak;
+    assert_eq!(runs[0].budget, peak);
+    assert!(runs.iter().all(|r| r.budget >= min_budget(&t)));
+    // Worked by hand: the peak is 40 MiB (a, b, c, d and e at op 2), the floor 24 MiB (an add
+    // of two 8 MiB tensors beside a and b... by itself, its three tensors): 100% down to 60%
+    // run, 50% does not.
+    assert_eq!(peak, 40 * MIB);
+    assert!((4..=5).contains(&runs.len()), "{}", runs.len());
+    assert!(runs.windows(2).all(|w| w[1].budget < w[0].budget));
+}
+
+fn batched(batch: u64) -> StepTape {
+    let b = batch * MIB;
+    let mut t = tape(
+        &[
+            ("float_matmul", &[1, 2], &[3]),
+            ("float_exp", &[3], &[4]),
+            ("float_add", &[4, 1], &[5]),
+        ],
+        &[(1, b), (2, MIB), (3, b), (4, b), (5, b)],
+        &[(3, 2)],
+    );
+    for op in &mut t.ops {
+        op.duration_ns = 1_000 * batch;
+    }
+    t
+}
+
+#[test]
+fn a_tape_scales_linearly_in_the_batch() {
+    let (small, large) = (batched(2), batched(4));
+    let at8 = scale_tape(&small, 2, &large, 4, 8).unwrap();
+    let expected = batched(8);
+    for (a, b) in at8.tensors.iter().zip(&expected.tensors) {
+        assert_eq!((a.bytes, &a.shape), (b.bytes, &b.shape), "tensor {}", a.id);
+    }
+    assert_eq!(at8.ops[1].duration_ns, 8_000);
+}
+
+#[test]
+fn the_batch_search_finds_the_largest_batch_within_the_limit() {
+    let (small, large) = (batched(2), batched(4));
+    let p = slow_device();
+    // Budget 24 MiB: batch b needs 3b MiB at its largest op, so b <= 8 runs at all.
+    let found = max_batch(&small, 2, &large, 4, &p, &config(24 * MIB), 0.5).unwrap();
+    let batch = found.batch.unwrap();
+    assert!(batch <= 8, "{found:?}");
+    assert!(found.run.as_ref().unwrap().overhead <= 0.5);
+    // The next batch up is over the limit, or does not fit.
+    let next = found.tried.iter().find(|(b, _)| *b == batch + 1).unwrap();
+    assert!(next.1.is_none_or(|o| o > 0.5), "{found:?}");
+}
+
+#[test]
+fn the_batch_search_refuses_tapes_of_different_programs() {
+    let mut other = batched(4);
+    other.ops[1].name = "float_log".into();
+    let err = max_batch(
+        &batched(2),
+        2,
+        &other,
+        4,
+        &slow_device(),
+        &config(u64::MAX),
+        0.1,
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(
+        err.contains("float_log") && err.contains("same program"),
+        "{err}"
+    );
+    other.ops.pop();
+    let err = scale_tape(&batched(2), 2, &other, 4, 8)
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("ops"), "{err}");
+    let err = scale_tape(&batched(2), 2, &batched(4), 2, 8)
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("two different"), "{err}");
+}
+
+#[test]
+fn the_median_tape_takes_each_op_at_its_median() {
+    let mut a = batched(2);
+    let mut b = batched(2);
+    let mut c = batched(2);
+    for (t, d) in [(&mut a, 10), (&mut b, 30), (&mut c, 20)] {
+        let mut start = 5;
+        for op in &mut t.ops {
+            op.start_ns = start;
+            op.duration_ns = d;
+            start += d + 5;
+        }
+        t.duration_ns = start;
+    }
+    let m = median_tape(&[a, b.clone(), c]).unwrap();
+    assert!(m.ops.iter().all(|op| op.duration_ns == 20));
+    assert_eq!(m.ops[1].start_ns, 5 + 20 + 5);
+    assert_eq!(m.duration_ns, 3 * 25 + 5);
+    let mut other = b;
+    other.ops.pop();
+    assert!(median_tape(&[m, other]).is_err());
+    assert!(median_tape(&[]).is_err());
+}
