@@ -99,6 +99,7 @@ fn verify_tiny(name: &str, model_args: &[&str], steps: usize) {
     let dir = tempfile::tempdir().unwrap();
     let report = dir.path().join("out/report.json");
     let trace = dir.path().join("out/trace.json");
+    let tape = dir.path().join("out/step.json");
     let spill_dir = dir.path().join("spill");
     let steps_arg = steps.to_string();
     let mut args = model_args.to_vec();
@@ -118,6 +119,10 @@ fn verify_tiny(name: &str, model_args: &[&str], steps: usize) {
         report.to_str().unwrap(),
         "--trace",
         trace.to_str().unwrap(),
+        "--save-tape",
+        tape.to_str().unwrap(),
+        "--plan",
+        "h200-pcie5",
     ]);
     let out = run(name, &args);
     let stdout = text(&out.stdout);
@@ -159,6 +164,90 @@ fn verify_tiny(name: &str, model_args: &[&str], steps: usize) {
     );
     // The spill directory is removed when the spilled run ends.
     assert_eq!(std::fs::read_dir(&spill_dir).unwrap().count(), 0);
+
+    // `--plan` printed the prediction for the recorded step, and the saved tape (the training
+    // step, not the reads after it) is what the `plan` example reads.
+    assert!(stdout.contains("predicted on h200-pcie5"), "{stdout}");
+    let saved = burn_spill::tape::from_json(&std::fs::read_to_string(&tape).unwrap()).unwrap();
+    assert!(saved.ops.len() > 50, "{} ops", saved.ops.len());
+    plan_predicts(&tape);
+}
+
+/// The `plan` example on a saved tape: one budget, a sweep with its SVG, and the batch search
+/// on the tape and itself scaled (a program at two "batch sizes" whose shapes do not change).
+fn plan_predicts(tape: &Path) {
+    let tape_arg = tape.to_str().unwrap();
+    let out = run("plan", &[tape_arg, "--device", "a100-pcie4", "--budget", "50%"]);
+    let stdout = text(&out.stdout);
+    assert!(out.status.success(), "{stdout}{}", text(&out.stderr));
+    assert!(stdout.contains("predicted on a100-pcie4") && stdout.contains("50%"), "{stdout}");
+    let svg = tape.with_extension("svg");
+    let svg_arg = svg.to_str().unwrap();
+    let out = run("plan", &[tape_arg, "--sweep", "--svg", svg_arg]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let stdout = text(&out.stdout);
+    assert!(stdout.contains("100%") && stdout.contains("wrote"), "{stdout}");
+    let plot = std::fs::read_to_string(&svg).unwrap();
+    assert!(plot.starts_with("<svg") && plot.contains("<polyline"), "{plot}");
+    let out = run(
+        "plan",
+        &[
+            tape_arg, tape_arg, "--batches", "1,2", "--max-batch", "--overhead", "10%",
+            "--budget", "50%",
+        ],
+    );
+    let stdout = text(&out.stdout);
+    assert!(out.status.success(), "{stdout}{}", text(&out.stderr));
+    assert!(stdout.contains("largest batch") || stdout.contains("no batch"), "{stdout}");
+}
+
+#[test]
+fn the_plan_example_refuses_bad_input_in_one_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let write = |name: &str, text: &str| {
+        let path = dir.path().join(name);
+        std::fs::write(&path, text).unwrap();
+        path.to_str().unwrap().to_string()
+    };
+    let op = |name: &str| {
+        format!(
+            r#"{{"name":"{name}","inputs":[1],"outputs":[2],"start_ns":0,"duration_ns":10,"thread":1}}"#
+        )
+    };
+    let tape_with = |name: &str| {
+        format!(
+            r#"{{"version":1,"step":1,"marked":true,"ops":[{}],"tensors":[{{"id":1,"bytes":4096,"dtype":"F32","shape":[1024],"role":"other","producer":null}},{{"id":2,"bytes":4096,"dtype":"F32","shape":[1024],"role":"other","producer":{{"op":0,"output":0}}}}],"drops":[],"duration_ns":20}}"#,
+            op(name)
+        )
+    };
+    let good = write("good.json", &tape_with("float_exp"));
+    let other = write("other.json", &tape_with("float_log"));
+    let garbage = write("garbage.json", "{ not json");
+    let future = write("future.json", &tape_with("float_exp").replace(r#""version":1"#, r#""version":99"#));
+    let mut profile: serde_json::Value = serde_json::to_value(
+        burn_spill::plan::DeviceProfile::builtin("a100-pcie4").unwrap(),
+    )
+    .unwrap();
+    profile["hbm_gb_per_s"] = serde_json::json!(-5);
+    let negative = write("negative.json", &profile.to_string());
+
+    // A tape that is fine runs.
+    let out = run("plan", &[&good, "--budget", "8KiB"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    bad("plan", &[&garbage], &["garbage.json", "malformed"]);
+    bad("plan", &[&future], &["version 99", "reads version 1"]);
+    bad("plan", &["/no/such/tape.json"], &["cannot read the tape"]);
+    bad("plan", &[&good, "--device", "tpu-v5"], &["--device", "tpu-v5", "h200-pcie5"]);
+    bad("plan", &[&good, "--device", &negative], &["hbm_gb_per_s", "positive"]);
+    bad("plan", &[&good, "--budget", "lots"], &["--budget", "lots", "accepted"]);
+    bad("plan", &[&good, "--budget", "4KiB"], &["float_exp", "8192 bytes"]);
+    bad("plan", &[&good, "--max-batch"], &["--max-batch", "two tapes"]);
+    bad(
+        "plan",
+        &[&good, &other, "--batches", "1,2", "--max-batch"],
+        &["float_log", "same program"],
+    );
+    bad("plan", &[&good, "--batches", "2,1"], &["--batches", "SMALL,LARGE"]);
 }
 
 fn report_path_with(report: &serde_json::Value, key: &str) -> PathBuf {

@@ -4,10 +4,10 @@
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
 
+pub use super::usage::{exit_usage, parse_flags};
 use burn_spill::{
     ENV_BUDGET, ENV_DIR, ENV_HOST_LIMIT, ENV_POLICY, ENV_PRESET, ENV_VERIFY, PolicyKind, Preset,
 };
-use clap::error::ErrorKind;
 
 use super::backends::BackendKind;
 
@@ -67,6 +67,16 @@ pub struct SpillArgs {
     #[arg(long, value_parser = parse_output_file)]
     pub trace: Option<PathBuf>,
 
+    /// Write one spilled step's tape here as JSON (the input of the `plan` example).
+    #[arg(long, value_parser = parse_output_file)]
+    pub save_tape: Option<PathBuf>,
+
+    /// Predict the recorded spilled step on a device (h200-pcie5, h100-pcie5, a100-pcie4,
+    /// rtx4090-pcie4, gh200-c2c, measured, or a profile JSON file) at 100%, 50%, 33%, 25% and
+    /// 10% of its peak, with the run's preset and policy.
+    #[arg(long, value_parser = parse_plan_device)]
+    pub plan: Option<String>,
+
     /// Run one side alone, every step, and print its losses (and the spilled side's stats) as
     /// one JSON line: plain or spilled. For memory-capped runs, where each side needs a process
     /// of its own; the spilled side then needs `--budget` and `--host-limit` in bytes.
@@ -77,7 +87,10 @@ pub struct SpillArgs {
 impl SpillArgs {
     /// Whether the spilled run must record its steps (tape) for the plot or the trace.
     pub fn wants_tape(&self) -> bool {
-        self.report.is_some() || self.trace.is_some()
+        self.report.is_some()
+            || self.trace.is_some()
+            || self.save_tape.is_some()
+            || self.plan.is_some()
     }
 }
 
@@ -147,12 +160,12 @@ impl std::fmt::Display for Amount {
     }
 }
 
-fn parse_preset(value: &str) -> Result<Preset, String> {
+pub fn parse_preset(value: &str) -> Result<Preset, String> {
     Preset::from_str(value)
         .map_err(|_| format!("`{value}` is not a preset; accepted: {}", Preset::ACCEPTED))
 }
 
-fn parse_policy(value: &str) -> Result<PolicyKind, String> {
+pub fn parse_policy(value: &str) -> Result<PolicyKind, String> {
     PolicyKind::from_str(value).map_err(|_| {
         format!(
             "`{value}` is not a policy; accepted: {}",
@@ -194,25 +207,21 @@ fn parse_output_file(value: &str) -> Result<PathBuf, String> {
     Ok(path)
 }
 
+/// A `--plan` device: checked before training, so that a typo does not cost a run.
+fn parse_plan_device(value: &str) -> Result<String, String> {
+    if value.trim().eq_ignore_ascii_case("measured") {
+        return Ok(value.to_string());
+    }
+    burn_spill::plan::DeviceProfile::named_or_file(value)
+        .map(|_| value.to_string())
+        .map_err(|e| e.to_string())
+}
+
 /// Parses the command line, then the `BURN_SPILL_*` variables over the flags they replace; on a
 /// bad flag or variable prints one line and exits with code 2 (help and version print as usual
 /// and exit 0). Installs the log subscriber first, so that what follows can warn.
 pub fn parse<T: clap::Parser + AsMut<SpillArgs>>() -> T {
-    super::logging::install();
-    let mut args = T::try_parse().unwrap_or_else(|e| match e.kind() {
-        ErrorKind::DisplayHelp
-        | ErrorKind::DisplayVersion
-        | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand => e.exit(),
-        _ => {
-            // clap's first line names the flag and carries our message; the rest is usage.
-            let rendered = e.render().to_string();
-            let line = rendered
-                .lines()
-                .find(|l| !l.trim().is_empty())
-                .unwrap_or("error: bad flags");
-            exit_usage(line.trim_start_matches("error: "))
-        }
-    });
+    let mut args = parse_flags::<T>();
     apply_env_overrides(args.as_mut());
     args
 }
@@ -254,10 +263,4 @@ fn apply_env_overrides(args: &mut SpillArgs) {
 fn parsed<T>(var: &str, value: &str, result: Result<T, String>) -> T {
     eprintln!("note: {var}={value} replaces its flag for the spilled run");
     result.unwrap_or_else(|e| exit_usage(&format!("{var}: {e}")))
-}
-
-/// Prints `error: {message}` as one line and exits with code 2 (bad usage).
-pub fn exit_usage(message: &str) -> ! {
-    eprintln!("error: {}", message.replace('\n', " "));
-    std::process::exit(2)
 }

@@ -14,7 +14,7 @@ use std::sync::Arc;
 use burn::backend::Autodiff;
 use burn::tensor::TensorData;
 use burn::tensor::backend::{AutodiffBackend, Backend};
-use burn_spill::tape::{StepTape, TapeFormat};
+use burn_spill::tape::{StepTape, TapeFormat, render};
 use burn_spill::verify::{self, Snapshot, VerifyReport};
 use burn_spill::{PolicyKind, Preset, SpillBackend, SpillConfig, SpillError, SpillStats};
 
@@ -155,7 +155,7 @@ impl<W: Workload> BackendTask for Experiment<'_, W> {
             budget,
             host_limit,
         } = spilled_config(args, workload.preset(), plain_peak);
-        configure::<B>(&device, config);
+        configure::<B>(&device, config.clone());
 
         let marker = device.clone();
         let end_marker = device.clone();
@@ -172,15 +172,28 @@ impl<W: Workload> BackendTask for Experiment<'_, W> {
         let spilled_params = workload.train_spilled::<B>(&device, steps, &spilled_log);
         let spilled = spilled_log.finish();
         let stats = SpillBackend::<B>::stats(&device);
-        let tape = SpillBackend::<B>::last_step(&device);
-        if let Some(path) = &args.trace {
-            match SpillBackend::<B>::export_tape(&device, path, TapeFormat::Perfetto) {
-                Ok(()) => {}
-                Err(SpillError::NoTape) => eprintln!(
-                    "note: --trace: no whole step was recorded (train at least 2 steps); {} not written",
+        let tape = SpillBackend::<B>::fullest_recent_step(&device);
+        for (flag, path, format) in [
+            ("--trace", &args.trace, TapeFormat::Perfetto),
+            ("--save-tape", &args.save_tape, TapeFormat::Json),
+        ] {
+            let Some(path) = path else { continue };
+            match &tape {
+                Some(tape) => {
+                    if let Err(e) = burn_spill::tape::write_file(path, &render(tape, format)) {
+                        exit_usage(&format!("{flag}: {e}"))
+                    }
+                }
+                None => eprintln!(
+                    "note: {flag}: no whole step was recorded (train at least 2 steps); {} not written",
                     path.display()
                 ),
-                Err(e) => exit_usage(&format!("--trace: {e}")),
+            }
+        }
+        if let (Some(device_name), Some(tape)) = (&args.plan, &tape) {
+            match super::plan_report::predict_own_step(tape, device_name, &stats, &config) {
+                Ok(table) => print!("{table}"),
+                Err(e) => exit_usage(&format!("--plan: {e}")),
             }
         }
         SpillBackend::<B>::record_tape(&device, false);

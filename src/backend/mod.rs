@@ -215,6 +215,13 @@ impl<B: Backend> SpillBackend<B> {
         Self::engine(device).recorder().last_step()
     }
 
+    /// Of the last few finished steps on `device`, the one with the most ops: the training
+    /// step, where the last one a training loop marks may hold only a few reads (a step opened
+    /// for a batch that never came).
+    pub fn fullest_recent_step(device: &B::Device) -> Option<Arc<StepTape>> {
+        Self::engine(device).recorder().fullest_step()
+    }
+
     /// The analysis of the last finished step: DAG, live intervals, next uses, forward/backward
     /// split, saved activations, critical path, peak live bytes.
     pub fn analyze_last_step(device: &B::Device) -> Option<StepAnalysis> {

@@ -691,6 +691,20 @@ impl Recorder {
     pub fn last_step(&self) -> Option<Arc<StepTape>> {
         self.lock().finished.back().cloned()
     }
+
+    /// Of the finished steps kept, the one with the most ops (the last of equals): the
+    /// training step, where a loop's last marked step holds only the reads of a batch that
+    /// never came.
+    pub fn fullest_step(&self) -> Option<Arc<StepTape>> {
+        let state = self.lock();
+        let most = state.finished.iter().map(|t| t.ops.len()).max()?;
+        state
+            .finished
+            .iter()
+            .rev()
+            .find(|t| t.ops.len() == most)
+            .cloned()
+    }
 }
 
 #[cfg(test)]
