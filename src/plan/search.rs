@@ -38,7 +38,8 @@ pub(crate) fn counterparts(
     if small.ops.len() != large.ops.len() {
         return Err(error(format!(
             "the tapes have {} and {} ops: they are not the same program at two batch sizes; \
-             record the same training step with only the batch size changed",
+             record the same training step with only the batch size changed (and not at batch \
+             1, where autodiff skips the reductions over the batch)",
             small.ops.len(),
             large.ops.len()
         )));
