@@ -19,6 +19,9 @@ mod logging;
 #[allow(dead_code)]
 #[path = "common/plan_report.rs"]
 mod plan_report;
+#[allow(dead_code)] // `resident_plot` is for the training examples.
+#[path = "common/svg.rs"]
+mod svg;
 #[path = "common/units.rs"]
 mod units;
 #[path = "common/usage.rs"]

@@ -177,28 +177,50 @@ fn verify_tiny(name: &str, model_args: &[&str], steps: usize) {
 /// on the tape and itself scaled (a program at two "batch sizes" whose shapes do not change).
 fn plan_predicts(tape: &Path) {
     let tape_arg = tape.to_str().unwrap();
-    let out = run("plan", &[tape_arg, "--device", "a100-pcie4", "--budget", "50%"]);
+    let out = run(
+        "plan",
+        &[tape_arg, "--device", "a100-pcie4", "--budget", "50%"],
+    );
     let stdout = text(&out.stdout);
     assert!(out.status.success(), "{stdout}{}", text(&out.stderr));
-    assert!(stdout.contains("predicted on a100-pcie4") && stdout.contains("50%"), "{stdout}");
+    assert!(
+        stdout.contains("predicted on a100-pcie4") && stdout.contains("50%"),
+        "{stdout}"
+    );
     let svg = tape.with_extension("svg");
     let svg_arg = svg.to_str().unwrap();
     let out = run("plan", &[tape_arg, "--sweep", "--svg", svg_arg]);
     assert!(out.status.success(), "{}", text(&out.stderr));
     let stdout = text(&out.stdout);
-    assert!(stdout.contains("100%") && stdout.contains("wrote"), "{stdout}");
+    assert!(
+        stdout.contains("100%") && stdout.contains("wrote"),
+        "{stdout}"
+    );
     let plot = std::fs::read_to_string(&svg).unwrap();
-    assert!(plot.starts_with("<svg") && plot.contains("<polyline"), "{plot}");
+    assert!(
+        plot.starts_with("<svg") && plot.contains("<polyline"),
+        "{plot}"
+    );
     let out = run(
         "plan",
         &[
-            tape_arg, tape_arg, "--batches", "1,2", "--max-batch", "--overhead", "10%",
-            "--budget", "50%",
+            tape_arg,
+            tape_arg,
+            "--batches",
+            "1,2",
+            "--max-batch",
+            "--overhead",
+            "10%",
+            "--budget",
+            "50%",
         ],
     );
     let stdout = text(&out.stdout);
     assert!(out.status.success(), "{stdout}{}", text(&out.stderr));
-    assert!(stdout.contains("largest batch") || stdout.contains("no batch"), "{stdout}");
+    assert!(
+        stdout.contains("largest batch") || stdout.contains("no batch"),
+        "{stdout}"
+    );
 }
 
 #[test]
@@ -223,11 +245,13 @@ fn the_plan_example_refuses_bad_input_in_one_line() {
     let good = write("good.json", &tape_with("float_exp"));
     let other = write("other.json", &tape_with("float_log"));
     let garbage = write("garbage.json", "{ not json");
-    let future = write("future.json", &tape_with("float_exp").replace(r#""version":1"#, r#""version":99"#));
-    let mut profile: serde_json::Value = serde_json::to_value(
-        burn_spill::plan::DeviceProfile::builtin("a100-pcie4").unwrap(),
-    )
-    .unwrap();
+    let future = write(
+        "future.json",
+        &tape_with("float_exp").replace(r#""version":1"#, r#""version":99"#),
+    );
+    let mut profile: serde_json::Value =
+        serde_json::to_value(burn_spill::plan::DeviceProfile::builtin("a100-pcie4").unwrap())
+            .unwrap();
     profile["hbm_gb_per_s"] = serde_json::json!(-5);
     let negative = write("negative.json", &profile.to_string());
 
@@ -237,17 +261,41 @@ fn the_plan_example_refuses_bad_input_in_one_line() {
     bad("plan", &[&garbage], &["garbage.json", "malformed"]);
     bad("plan", &[&future], &["version 99", "reads version 1"]);
     bad("plan", &["/no/such/tape.json"], &["cannot read the tape"]);
-    bad("plan", &[&good, "--device", "tpu-v5"], &["--device", "tpu-v5", "h200-pcie5"]);
-    bad("plan", &[&good, "--device", &negative], &["hbm_gb_per_s", "positive"]);
-    bad("plan", &[&good, "--budget", "lots"], &["--budget", "lots", "accepted"]);
-    bad("plan", &[&good, "--budget", "4KiB"], &["float_exp", "8192 bytes"]);
-    bad("plan", &[&good, "--max-batch"], &["--max-batch", "two tapes"]);
+    bad(
+        "plan",
+        &[&good, "--device", "tpu-v5"],
+        &["--device", "tpu-v5", "h200-pcie5"],
+    );
+    bad(
+        "plan",
+        &[&good, "--device", &negative],
+        &["hbm_gb_per_s", "positive"],
+    );
+    bad(
+        "plan",
+        &[&good, "--budget", "lots"],
+        &["--budget", "lots", "accepted"],
+    );
+    bad(
+        "plan",
+        &[&good, "--budget", "4KiB"],
+        &["float_exp", "8192 bytes"],
+    );
+    bad(
+        "plan",
+        &[&good, "--max-batch"],
+        &["--max-batch", "two tapes"],
+    );
     bad(
         "plan",
         &[&good, &other, "--batches", "1,2", "--max-batch"],
         &["float_log", "same program"],
     );
-    bad("plan", &[&good, "--batches", "2,1"], &["--batches", "SMALL,LARGE"]);
+    bad(
+        "plan",
+        &[&good, "--batches", "2,1"],
+        &["--batches", "SMALL,LARGE"],
+    );
 }
 
 fn report_path_with(report: &serde_json::Value, key: &str) -> PathBuf {

@@ -94,7 +94,11 @@ fn the_planner_predicts_a_recorded_cnn_step() {
     // moves the most.
     let h100 = DeviceProfile::builtin("h100-pcie5").unwrap();
     let runs = sweep(&tape, &h100, &SpillConfig::cnn(), &SWEEP_FRACTIONS).unwrap();
-    assert!(runs.len() >= 2, "{} budgets above the largest op", runs.len());
+    assert!(
+        runs.len() >= 2,
+        "{} budgets above the largest op",
+        runs.len()
+    );
     for run in &runs {
         assert!(run.budget >= min_budget(&tape));
         assert_eq!(run.simulated.over_budget_ops, 0, "{run:?}");

@@ -119,18 +119,7 @@ pub fn overhead_svg(runs: &[DryRun], title: &str) -> String {
     let top = points.iter().map(|p| p.1).fold(1.0f64, f64::max) * 1.1;
     let x = |pct: f64| L + (W - L - R) * pct.clamp(0.0, 100.0) / 100.0;
     let y = |ov: f64| T + (H - T - B) * (1.0 - ov.max(0.0) / top);
-    let mut svg = String::new();
-    let _ = writeln!(
-        svg,
-        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{H}" viewBox="0 0 {W} {H}" font-family="sans-serif" font-size="12">"#
-    );
-    let _ = writeln!(svg, r#"<rect width="100%" height="100%" fill="white"/>"#);
-    let _ = writeln!(
-        svg,
-        r#"<text x="{}" y="22" font-size="14" text-anchor="middle">{}</text>"#,
-        W / 2.0,
-        escape(title)
-    );
+    let mut svg = super::svg::open(W, H, title);
     for i in 0..=5 {
         let ov = top * i as f64 / 5.0;
         let _ = writeln!(
@@ -181,12 +170,6 @@ pub fn overhead_svg(runs: &[DryRun], title: &str) -> String {
     }
     svg.push_str("</svg>\n");
     svg
-}
-
-fn escape(s: &str) -> String {
-    s.replace('&', "&amp;")
-        .replace('<', "&lt;")
-        .replace('>', "&gt;")
 }
 
 /// The fractions of the step's peak `--plan` predicts at, with the run's own budget.

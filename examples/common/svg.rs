@@ -5,7 +5,7 @@ use std::fmt::Write;
 
 use burn_spill::tape::{StepTape, TierSample};
 
-use super::report::bytes;
+use super::units::bytes;
 
 const WIDTH: f64 = 900.0;
 const HEIGHT: f64 = 420.0;
@@ -40,18 +40,7 @@ pub fn resident_plot(tape: &StepTape, budget: Option<u64>, plain_peak: u64, titl
     let x = |t_ns: u64| LEFT + plot_w * t_ns as f64 / end_ns as f64;
     let y = |b: u64| TOP + plot_h * (1.0 - b as f64 / top_bytes);
 
-    let mut svg = String::new();
-    let _ = writeln!(
-        svg,
-        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" height="{HEIGHT}" viewBox="0 0 {WIDTH} {HEIGHT}" font-family="sans-serif" font-size="12">"#
-    );
-    let _ = writeln!(svg, r#"<rect width="100%" height="100%" fill="white"/>"#);
-    let _ = writeln!(
-        svg,
-        r#"<text x="{}" y="22" font-size="14" text-anchor="middle">{}</text>"#,
-        WIDTH / 2.0,
-        escape(title)
-    );
+    let mut svg = open(WIDTH, HEIGHT, title);
 
     // Axes, gridlines and labels.
     for i in 0..=5 {
@@ -181,7 +170,25 @@ fn thin(samples: &[TierSample]) -> Vec<TierSample> {
         .collect()
 }
 
-fn escape(text: &str) -> String {
+/// A white SVG canvas of `width` x `height` with `title` centred on top; close it with
+/// `</svg>`.
+pub fn open(width: f64, height: f64, title: &str) -> String {
+    let mut svg = String::new();
+    let _ = writeln!(
+        svg,
+        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" viewBox="0 0 {width} {height}" font-family="sans-serif" font-size="12">"#
+    );
+    let _ = writeln!(svg, r#"<rect width="100%" height="100%" fill="white"/>"#);
+    let _ = writeln!(
+        svg,
+        r#"<text x="{}" y="22" font-size="14" text-anchor="middle">{}</text>"#,
+        width / 2.0,
+        escape(title)
+    );
+    svg
+}
+
+pub fn escape(text: &str) -> String {
     text.replace('&', "&amp;")
         .replace('<', "&lt;")
         .replace('>', "&gt;")
