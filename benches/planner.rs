@@ -162,15 +162,6 @@ fn median(mut v: Vec<f64>) -> f64 {
     v[v.len() / 2]
 }
 
-fn step_bytes(stats: &SpillStats) -> u64 {
-    stats.last_step.map_or(0, |s| {
-        s.device_to_host.bytes
-            + s.host_to_device.bytes
-            + s.host_to_disk.bytes
-            + s.disk_to_device.bytes
-    })
-}
-
 struct Measured {
     step_seconds: f64,
     bytes: u64,
@@ -199,7 +190,7 @@ fn train(make: fn() -> Step, config: SpillConfig, rounds: usize) -> Measured {
     });
     Measured {
         step_seconds: median(times),
-        bytes: step_bytes(&stats),
+        bytes: stats.last_step.map_or(0, |s| s.bytes_moved()),
         out_in,
         stats,
     }

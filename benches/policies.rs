@@ -37,7 +37,7 @@ use burn::optim::{Adam, AdamConfig, GradientsParams, Optimizer};
 use burn::tensor::backend::AutodiffBackend;
 use burn::tensor::{ElementConversion, Tensor};
 use burn_spill::policy::replay;
-use burn_spill::{PolicyKind, SpillBackend, SpillConfig, SpillStats};
+use burn_spill::{PolicyKind, SpillBackend, SpillConfig};
 use criterion::Criterion;
 use small_models::{SmallCnn, TinyGpt, cnn_batch, gpt_batch};
 
@@ -153,16 +153,6 @@ fn plain_peak<M: Trained<Spilled>>() -> u64 {
     Spill::stats(&device).peak.device
 }
 
-/// Bytes moved in one step, all directions.
-fn step_bytes(stats: &SpillStats) -> u64 {
-    stats.last_step.map_or(0, |s| {
-        s.device_to_host.bytes
-            + s.host_to_device.bytes
-            + s.host_to_disk.bytes
-            + s.disk_to_device.bytes
-    })
-}
-
 struct Row {
     model: &'static str,
     percent: u64,
@@ -217,7 +207,7 @@ where
         percent,
         policy,
         ratio: median(ratios),
-        moved: step_bytes(&after),
+        moved: after.last_step.map_or(0, |s| s.bytes_moved()),
         min,
         min_at_threshold,
         simulated,

@@ -236,3 +236,13 @@ pub struct StepStats {
     /// their compute time: the link is saturated there and ops will stall.
     pub saturated_windows: u32,
 }
+
+impl StepStats {
+    /// Bytes the step moved in all four directions.
+    pub fn bytes_moved(&self) -> u64 {
+        self.device_to_host.bytes
+            + self.host_to_device.bytes
+            + self.host_to_disk.bytes
+            + self.disk_to_device.bytes
+    }
+}

@@ -48,11 +48,6 @@ fn plain_peak() -> u64 {
     Spill::stats(&device).peak.device
 }
 
-fn moved(stats: &SpillStats) -> u64 {
-    let s = stats.last_step.expect("a finished step");
-    s.device_to_host.bytes + s.host_to_device.bytes + s.host_to_disk.bytes + s.disk_to_device.bytes
-}
-
 #[test]
 fn the_planner_predicts_a_recorded_cnn_step() {
     let _device = ExclusiveDevice::take();
@@ -77,7 +72,7 @@ fn the_planner_predicts_a_recorded_cnn_step() {
     // At half the peak the prediction moves about what the engine moved in its last step.
     let half = preset().device_budget_bytes(peak / 2);
     let predicted = dry_run(&tape, &measured, &half).unwrap();
-    let actual = moved(&stats);
+    let actual = stats.last_step.expect("a finished step").bytes_moved();
     let predicted_bytes = predicted.simulated.traffic.total();
     assert!(actual > 0, "the engine moved nothing at half the peak");
     assert!(

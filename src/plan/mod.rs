@@ -102,12 +102,15 @@ pub fn dry_run(
     config: &SpillConfig,
 ) -> Result<DryRun, SpillError> {
     let budget = budget_of(config, profile);
-    if let Some((op, needed)) = own_bytes(tape).find(|&(_, b)| b > budget) {
+    // The largest op names the least budget that fits every op.
+    if let Some((op, needed)) = own_bytes(tape).max_by_key(|&(i, b)| (b, std::cmp::Reverse(i)))
+        && needed > budget
+    {
         return Err(SpillError::PlanBudget {
             budget,
             op,
             name: tape.ops[op].name.clone(),
-            needed: own_bytes(tape).map(|(_, b)| b).max().unwrap_or(needed),
+            needed,
         });
     }
     dry_run_over_budget(tape, profile, config)

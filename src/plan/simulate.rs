@@ -147,6 +147,9 @@ struct Sim<'a> {
     sizes: HashMap<TensorId, u64>,
     drops_after: HashMap<u32, Vec<TensorId>>,
     place: HashMap<TensorId, Place>,
+    /// Tensors whose copy is under way (leaving or arriving), so that landing them does not
+    /// scan every tensor.
+    in_flight: Vec<TensorId>,
     last_use: HashMap<TensorId, u64>,
     prefetched: HashSet<TensorId>,
     /// Device bytes of tensors resident, arriving or leaving.
@@ -238,6 +241,7 @@ impl<'a> Sim<'a> {
             sizes: tape.tensors.iter().map(|t| (t.id, t.bytes)).collect(),
             drops_after,
             place: HashMap::new(),
+            in_flight: Vec::new(),
             last_use: HashMap::new(),
             prefetched: HashSet::new(),
             device: 0,
@@ -301,6 +305,9 @@ impl<'a> Sim<'a> {
                 }
                 Place::Host => self.host += t.bytes,
                 Place::Disk => {}
+            }
+            if matches!(place, Place::Leaving { .. } | Place::Arriving { .. }) {
+                self.in_flight.push(t.id);
             }
             self.place.insert(t.id, place);
         }
@@ -379,20 +386,29 @@ impl<'a> Sim<'a> {
     /// Copies that finished by `t` land: leaving bytes are freed, arriving ones are resident.
     fn retire(&mut self, t: f64, op: usize) {
         let mut landed = Vec::new();
-        for (id, place) in &self.place {
-            match *place {
-                Place::Leaving { done, to_disk } if done <= t => landed.push((*id, Some(to_disk))),
-                Place::Arriving { done, from_op } if done <= t => {
-                    landed.push((*id, None));
-                    self.learnt.transfer_ops = decide::learn_transfer_ops(
-                        self.learnt.transfer_ops,
-                        op.saturating_sub(from_op) as u32,
-                    );
-                }
-                _ => {}
+        let place = &self.place;
+        self.in_flight.retain(|id| match place.get(id) {
+            Some(Place::Leaving { done, to_disk }) if *done <= t => {
+                landed.push((*id, Some(*to_disk), 0));
+                false
+            }
+            Some(Place::Arriving { done, from_op }) if *done <= t => {
+                landed.push((*id, None, *from_op));
+                false
+            }
+            Some(Place::Leaving { .. } | Place::Arriving { .. }) => true,
+            // Landed by an earlier call, or freed.
+            _ => false,
+        });
+        for &(_, to_disk, from_op) in &landed {
+            if to_disk.is_none() {
+                self.learnt.transfer_ops = decide::learn_transfer_ops(
+                    self.learnt.transfer_ops,
+                    op.saturating_sub(from_op) as u32,
+                );
             }
         }
-        for (id, to_disk) in landed {
+        for (id, to_disk, _) in landed {
             let bytes = self.size(id);
             match to_disk {
                 Some(to_disk) => {
@@ -469,6 +485,7 @@ impl<'a> Sim<'a> {
         self.leaving += bytes;
         self.prefetched.remove(&id);
         self.place.insert(id, Place::Leaving { done, to_disk });
+        self.in_flight.push(id);
         self.out.evictions += 1;
         self.moved_per_op[op] += bytes;
         done
@@ -493,6 +510,7 @@ impl<'a> Sim<'a> {
         self.queues.to_device = done;
         self.grow(bytes);
         self.place.insert(id, Place::Arriving { done, from_op: op });
+        self.in_flight.push(id);
         self.moved_per_op[op] += bytes;
         done
     }
@@ -682,10 +700,10 @@ impl<'a> Sim<'a> {
     /// (`f64::INFINITY` when even all of it is not enough).
     fn left_down_to(&self, target: u64) -> f64 {
         let mut leaving: Vec<(f64, u64)> = self
-            .place
+            .in_flight
             .iter()
-            .filter_map(|(id, p)| match p {
-                Place::Leaving { done, .. } => Some((*done, self.size(*id))),
+            .filter_map(|id| match self.place.get(id) {
+                Some(Place::Leaving { done, .. }) => Some((*done, self.size(*id))),
                 _ => None,
             })
             .collect();

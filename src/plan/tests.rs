@@ -133,6 +133,11 @@ fn a_budget_below_the_peak_moves_bytes_and_stays_within_it() {
 fn a_budget_below_one_op_is_refused_with_the_op() {
     let t = forward_and_back();
     let err = dry_run(&t, &slow_device(), &config(20 * MIB)).unwrap_err();
+    // The largest op (an add of two 8 MiB tensors into a third, the first at op 2) is named.
+    assert!(
+        matches!(err, SpillError::PlanBudget { op: 2, .. }),
+        "{err:?}"
+    );
     let text = err.to_string();
     assert!(
         text.contains("float_add") && text.contains(&(24 * MIB).to_string()),
@@ -141,33 +146,48 @@ fn a_budget_below_one_op_is_refused_with_the_op() {
     assert_eq!(min_budget(&t), 24 * MIB);
 }
 
-/// One 64 MiB tensor spilled at the start and read after a long op: with prefetch its restore
-/// hides behind the op; without, the op after waits for all of it.
+/// Worked by hand, at a 100 MiB budget: `a` (16 MiB) is read only by the last op. Op 1 (the
+/// adds of two 32 MiB tensors into a third) has no room for it beside them, so it leaves then.
+/// Op 2 (an exp of 32 MiB, 64 ms at 1 GB/s) has room: a prefetch queued after op 1 brings `a`
+/// back in 16 ms behind it, and op 3 waits for nothing. Without prefetch op 3 restores it on
+/// demand and waits those 16 ms.
 #[test]
 fn prefetch_hides_a_restore_behind_compute() {
     let t = tape(
         &[
             ("float_exp", &[2], &[3]),
-            // A long op: a 1 GiB matmul-free add on big tensors.
             ("float_add", &[3, 4], &[5]),
-            ("float_add", &[5, 1], &[6]),
+            ("float_exp", &[5], &[6]),
+            ("float_add", &[6, 1], &[7]),
         ],
         &[
-            (1, 64 * MIB),
+            (1, 16 * MIB),
             (2, 8 * MIB),
-            (3, 8 * MIB),
-            (4, 8 * MIB),
-            (5, 8 * MIB),
-            (6, 8 * MIB),
+            (3, 32 * MIB),
+            (4, 32 * MIB),
+            (5, 32 * MIB),
+            (6, 32 * MIB),
+            (7, 32 * MIB),
         ],
-        &[],
+        &[(2, 1), (3, 2), (4, 2), (5, 3)],
     );
     let p = slow_device();
-    let budget = 8 * MIB * 5 + 64 * MIB;
-    let with = dry_run(&t, &p, &config(budget)).unwrap();
-    let without = dry_run(&t, &p, &config(budget).prefetch_window(0)).unwrap();
-    assert!(with.simulated.stall_seconds <= without.simulated.stall_seconds);
-    assert!(with.overhead <= without.overhead + 1e-12);
+    let with = dry_run(&t, &p, &config(100 * MIB)).unwrap();
+    let without = dry_run(&t, &p, &config(100 * MIB).prefetch_window(0)).unwrap();
+    let restore = 16.0 * MIB as f64 / 1e9;
+    assert!(with.simulated.prefetch_hits >= 1, "{:?}", with.simulated);
+    assert!(
+        without.simulated.late_inputs >= 1,
+        "{:?}",
+        without.simulated
+    );
+    assert!(
+        without.simulated.stall_seconds - with.simulated.stall_seconds >= restore * 0.99,
+        "with {:?}\nwithout {:?}",
+        with.simulated,
+        without.simulated
+    );
+    assert!(with.overhead < without.overhead);
 }
 
 #[test]
