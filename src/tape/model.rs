@@ -46,7 +46,8 @@ pub struct OpRecord {
     pub inputs: Vec<TensorId>,
     /// Tensor ids produced, in result order.
     pub outputs: Vec<TensorId>,
-    /// Start, in nanoseconds since the step began.
+    /// Start, in nanoseconds since the step began, on a clock that stops while the recorder
+    /// appends ops and drops (so that the gaps between ops are the program's own host work).
     pub start_ns: u64,
     /// Wall duration of the call (including any restore it waited for).
     pub duration_ns: u64,
@@ -78,7 +79,7 @@ pub struct StepTape {
     pub tensors: Vec<TensorRecord>,
     /// Tensors whose last handle dropped during the step.
     pub drops: Vec<DropRecord>,
-    /// Wall duration of the step in nanoseconds.
+    /// Duration of the step in nanoseconds, on the ops' clock (the recorder's own time left out).
     pub duration_ns: u64,
     /// Resident bytes per tier after each recorded op (absent in tapes written before it
     /// existed).

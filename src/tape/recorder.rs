@@ -169,6 +169,9 @@ struct State {
     buffers: Buffers,
     step: u64,
     step_start: Instant,
+    /// Nanoseconds the recorder itself worked in this step (appending ops and drops): the
+    /// tape's clock stops meanwhile, so that its times are the program's, not the recorder's.
+    recorder_ns: u64,
     /// Whether the current step was opened by a marker.
     marked: bool,
     finished: VecDeque<Arc<StepTape>>,
@@ -246,13 +249,31 @@ impl SigBuilder {
 }
 
 impl State {
+    /// Starts the step's clock.
+    fn start_clock(&mut self) {
+        self.step_start = Instant::now();
+        self.recorder_ns = 0;
+    }
+
+    /// The step's clock at `at`: the time since the step started, less the recorder's own.
+    fn clock_at(&self, at: Instant) -> u64 {
+        (at.saturating_duration_since(self.step_start).as_nanos() as u64)
+            .saturating_sub(self.recorder_ns)
+    }
+
+    /// Stops the step's clock for the recorder's own work since `entered`.
+    fn pause_clock_since(&mut self, entered: Instant) {
+        self.recorder_ns += entered.elapsed().as_nanos() as u64;
+    }
+
     /// Closes the current step (see [`Recorder::boundary`]).
     fn close(&mut self, next_marked: bool) -> Option<Arc<StepTape>> {
         let state = self;
         let mut closed = None;
         match state.mode {
             Mode::Record if !state.buffers.ops.is_empty() && !state.incomplete => {
-                let duration = state.step_start.elapsed().as_nanos() as u64;
+                let duration = (state.step_start.elapsed().as_nanos() as u64)
+                    .saturating_sub(state.recorder_ns);
                 let tape = Arc::new(state.buffers.finish(state.step, state.marked, duration));
                 state.step += 1;
                 if state.finished.len() == KEPT_STEPS {
@@ -304,7 +325,7 @@ impl State {
         state.signatures.clear();
         state.diverged_at = None;
         state.incomplete = false;
-        state.step_start = Instant::now();
+        state.start_clock();
         state.marked = next_marked;
         closed
     }
@@ -345,7 +366,7 @@ impl State {
                     self.expected.clear();
                     self.stable = 0;
                     self.mode = Mode::Record;
-                    self.step_start = Instant::now();
+                    self.start_clock();
                     return;
                 }
             }
@@ -391,6 +412,7 @@ impl Default for Recorder {
                 buffers: Buffers::default(),
                 step: 0,
                 step_start: Instant::now(),
+                recorder_ns: 0,
                 marked: false,
                 finished: VecDeque::new(),
                 mode: Mode::Record,
@@ -489,7 +511,7 @@ impl Recorder {
         if enabled && !self.is_enabled() {
             let mut state = self.lock();
             state.buffers.clear();
-            state.step_start = Instant::now();
+            state.start_clock();
             state.marked = false;
         }
         self.enabled.store(enabled, Ordering::Relaxed);
@@ -505,6 +527,9 @@ impl Recorder {
         duration_ns: u64,
         resident: [u64; 3],
     ) {
+        // Only ops that started while the step was recorded in full come here: the clock read
+        // is theirs alone.
+        let entered = Instant::now();
         let (mut guard, thread, main) = self.lock_for_op();
         let state = &mut *guard;
         if state.mode == Mode::Verify {
@@ -517,14 +542,13 @@ impl Recorder {
             first_id: 0,
             inputs: 0,
             outputs: 0,
-            start_ns: started
-                .saturating_duration_since(state.step_start)
-                .as_nanos() as u64,
+            start_ns: state.clock_at(started),
             duration_ns,
             thread,
             resident,
         };
         self.append_op(state, main, op, inputs, outputs);
+        state.pause_clock_since(entered);
     }
 
     /// Appends one op whose inputs and time were not collected, because the recorder was only
@@ -646,9 +670,11 @@ impl Recorder {
         if self.is_verifying() {
             return;
         }
+        let entered = Instant::now();
         let mut state = self.lock();
         let after_ops = state.buffers.ops.len() as u32;
         state.buffers.drops.push(DropRecord { id, after_ops });
+        state.pause_clock_since(entered);
     }
 
     /// Sets how often a repeating step is recorded again in full (1 = every step).
