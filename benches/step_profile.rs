@@ -10,8 +10,10 @@
 //! ```
 //!
 //! Arguments: the model (`cnn` or `transformer`), the budget in percent of the plain peak
-//! (`none` for an unconfigured device; above 100 never binds), the number of steps, and
-//! `unmarked` to train without step markers (the tape finds the steps itself).
+//! (`none` for an unconfigured device; above 100 never binds), the number of steps, then any
+//! of `unmarked` to train without step markers (the tape finds the steps itself) and `record`
+//! to record every step in full (by default the tape records one step in a hundred once
+//! steps repeat, and only checks the others): a profile of the recorder.
 
 #[path = "../examples/common/small_models.rs"]
 mod small_models;
@@ -84,7 +86,14 @@ fn train<M: Model>(steps: usize, unmarked: bool) -> f64 {
     start.elapsed().as_secs_f64() * 1e3 / steps as f64
 }
 
-fn run<M: Model>(budget_percent: Option<u64>, steps: usize, unmarked: bool) {
+fn run<M: Model>(budget_percent: Option<u64>, steps: usize, unmarked: bool, record: bool) {
+    let resample = |config: SpillConfig| {
+        if record {
+            config.tape_resample_steps(1)
+        } else {
+            config
+        }
+    };
     let device = Default::default();
     let peak = match budget_percent {
         Some(percent) => {
@@ -93,13 +102,13 @@ fn run<M: Model>(budget_percent: Option<u64>, steps: usize, unmarked: bool) {
             train::<M>(4, unmarked);
             let peak = Spill::stats(&device).peak.device;
             let budget = peak * percent / 100;
-            Spill::configure(&device, M::config().device_budget_bytes(budget))
+            Spill::configure(&device, resample(M::config().device_budget_bytes(budget)))
                 .expect("a valid config");
             println!("plain peak {peak} B, budget {budget} B ({percent}%)");
             Some(peak)
         }
         None => {
-            Spill::configure(&device, SpillConfig::default()).expect("a valid config");
+            Spill::configure(&device, resample(SpillConfig::default())).expect("a valid config");
             None
         }
     };
@@ -125,10 +134,15 @@ fn main() {
     let steps = args
         .get(2)
         .map_or(200, |s| s.parse().expect("a step count"));
-    let unmarked = args.get(3).is_some_and(|a| a == "unmarked");
+    let flags = args.get(3..).unwrap_or_default();
+    let unmarked = flags.iter().any(|a| a == "unmarked");
+    let record = flags.iter().any(|a| a == "record");
+    if let Some(other) = flags.iter().find(|a| *a != "unmarked" && *a != "record") {
+        panic!("unknown flag `{other}`: `unmarked` or `record`");
+    }
     match model {
-        "cnn" => run::<SmallCnn<Spilled>>(budget, steps, unmarked),
-        "transformer" => run::<TinyGpt<Spilled>>(budget, steps, unmarked),
+        "cnn" => run::<SmallCnn<Spilled>>(budget, steps, unmarked, record),
+        "transformer" => run::<TinyGpt<Spilled>>(budget, steps, unmarked, record),
         other => panic!("unknown model `{other}`: `cnn` or `transformer`"),
     }
 }
