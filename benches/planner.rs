@@ -11,15 +11,19 @@
 //!
 //! How it measures:
 //! - The plain peak is the spilled trainer's device peak with no budget (it only counts).
-//! - The tape: five marked steps with a budget of ten times the peak (configured, never
-//!   binding), after warm-up steps, merged into one whose op durations (this machine's op
-//!   times) and gaps between ops (the host's own work) are the medians of the five
-//!   (`plan::median_tape`).
-//! - Each budget: a fresh trainer, warm-up steps (the engine learns its plan and leads), then
-//!   measured marked steps: the median step time, and the bytes the last step moved (all four
-//!   directions, from `SpillStats::last_step`).
-//! - The `measured` profile takes its link figures from the 30% run's moves (run first), so
-//!   every row predicts with the same bandwidths.
+//! - Rounds, so that a neighbour's load on a shared machine falls on both sides: each round
+//!   records marked steps with a budget of ten times the peak (configured, never binding)
+//!   and trains at each budget, in an order that turns by one each round. A budget run is a
+//!   fresh trainer, warm-up steps (the engine learns its plan and leads), then measured
+//!   marked steps.
+//! - Each round is predicted on its own: its recorded steps merged into one tape whose op
+//!   durations (this machine's op times) and gaps between ops (the host's own work) are their
+//!   medians (`plan::median_tape`), and the `measured` profile of its 30% run (link figures, a
+//!   move's cost, the engine's cost per op). Its prediction at each budget is compared with
+//!   its own run there (the median step time), so that load that comes and goes between
+//!   rounds falls on both sides; a row shows the median of the rounds' errors and their range.
+//! - Bytes: what the last step of the last round moved (all four directions, from
+//!   `SpillStats::last_step`), against that round's prediction.
 //! - Criterion times one dry run of each model's tape at 30% (the planner's own cost).
 
 #[path = "../examples/common/mod.rs"]
@@ -163,7 +167,7 @@ fn median(mut v: Vec<f64>) -> f64 {
 }
 
 struct Measured {
-    step_seconds: f64,
+    step_seconds: Vec<f64>,
     bytes: u64,
     /// Evicted and restored in the last step.
     out_in: (u64, u64),
@@ -174,6 +178,7 @@ struct Measured {
 fn train(make: fn() -> Step, config: SpillConfig, rounds: usize) -> Measured {
     let device = Default::default();
     Spill::configure(&device, config).unwrap();
+    let before = Spill::stats(&device);
     let mut step = make();
     for _ in 0..WARM_UP_STEPS {
         marked(&mut step);
@@ -181,7 +186,7 @@ fn train(make: fn() -> Step, config: SpillConfig, rounds: usize) -> Measured {
     let times: Vec<f64> = (0..rounds)
         .map(|_| marked(&mut step).as_secs_f64())
         .collect();
-    let stats = Spill::stats(&device);
+    let stats = Spill::stats(&device).since(&before);
     let out_in = stats.last_step.map_or((0, 0), |s| {
         (
             s.device_to_host.bytes + s.host_to_disk.bytes,
@@ -189,7 +194,7 @@ fn train(make: fn() -> Step, config: SpillConfig, rounds: usize) -> Measured {
         )
     });
     Measured {
-        step_seconds: median(times),
+        step_seconds: times,
         bytes: stats.last_step.map_or(0, |s| s.bytes_moved()),
         out_in,
         stats,
@@ -207,11 +212,17 @@ fn plain_peak(make: fn() -> Step) -> u64 {
     Spill::stats(&device).peak.device
 }
 
-/// Marked steps recorded with a budget that never binds, as one tape of their median op
-/// times, and their median step time.
-fn record(make: fn() -> Step, config: SpillConfig, peak: u64) -> (StepTape, f64) {
+/// Marked steps recorded with a budget that never binds, and their step times.
+fn record(make: fn() -> Step, config: SpillConfig, peak: u64) -> (Vec<StepTape>, Vec<f64>) {
     let device = Default::default();
-    Spill::configure(&device, config.device_budget_bytes(peak.saturating_mul(10))).unwrap();
+    // Every step recorded in full (by default the tape records a step in a hundred once steps
+    // repeat), so that each recorded step is a tape of its own, from the steady state. A step
+    // recorded in full costs its ops the recorder's own work (about 0.3 µs an op here, by
+    // `step_profile`'s `record`), which the budget runs, only verified, do not pay.
+    let config = config
+        .device_budget_bytes(peak.saturating_mul(10))
+        .tape_resample_steps(1);
+    Spill::configure(&device, config).unwrap();
     let mut step = make();
     for _ in 0..WARM_UP_STEPS {
         marked(&mut step);
@@ -222,17 +233,24 @@ fn record(make: fn() -> Step, config: SpillConfig, peak: u64) -> (StepTape, f64)
         let tape = Spill::fullest_recent_step(&device).expect("a recorded step");
         tapes.push((*tape).clone());
     }
-    (median_tape(&tapes).expect("one program"), median(times))
+    (tapes, times)
 }
 
-/// Steps recorded for the tape: each op's time is its median over them.
-const RECORDED_STEPS: usize = 5;
+/// Steps recorded for the tape in each round: each op's time is its median over all of them.
+const RECORDED_STEPS: usize = 3;
+/// Rounds of recording and training at each budget.
+const ROUNDS: usize = 6;
+/// Measured steps of each budget run in each round.
+const STEPS_PER_ROUND: usize = 3;
 
 struct Row {
     model: &'static str,
     percent: u64,
+    /// Medians over the rounds.
     measured: f64,
     predicted: f64,
+    /// Each round's predicted / measured - 1, sorted.
+    step_off: Vec<f64>,
     measured_bytes: u64,
     predicted_bytes: u64,
     measured_out_in: (u64, u64),
@@ -240,49 +258,103 @@ struct Row {
     over_budget_ops: u64,
 }
 
-fn rows(rounds: usize) -> (Vec<Row>, Vec<Planned>) {
+/// One round of one model: its recorded steps, then a run at each budget.
+struct Round {
+    tapes: Vec<StepTape>,
+    runs: Vec<Measured>,
+}
+
+fn rows(rounds: usize, steps: usize) -> (Vec<Row>, Vec<Planned>) {
     let mut rows = Vec::new();
-    let mut tapes = Vec::new();
+    let mut planned = Vec::new();
     for (name, make, preset) in models() {
         let peak = plain_peak(make);
-        let (tape, recorded_step) = record(make, preset(), peak);
-        let mut profile = None;
-        for percent in BUDGETS_PERCENT {
-            let config = preset().device_budget_bytes(peak * percent / 100);
-            let measured = train(make, config.clone(), rounds);
-            let profile = profile.get_or_insert_with(|| DeviceProfile::measured(&measured.stats));
-            // Where the budget is below one op (the CNN's at 30%), the engine runs it over the
-            // budget, and so does the prediction.
-            let predicted = dry_run_over_budget(&tape, profile, &config).expect("a valid config");
+        let configs: Vec<SpillConfig> = BUDGETS_PERCENT
+            .iter()
+            .map(|percent| preset().device_budget_bytes(peak * percent / 100))
+            .collect();
+        let mut recorded_steps = Vec::new();
+        let mut done: Vec<Round> = Vec::new();
+        for round in 0..rounds {
+            let mut tapes = Vec::new();
+            let mut runs: Vec<Option<Measured>> = configs.iter().map(|_| None).collect();
+            // The recording and the budget runs in turn, starting one later each round, so that
+            // none of them always comes first (after the previous model) or last.
+            for turn in 0..=configs.len() {
+                match (turn + round) % (configs.len() + 1) {
+                    0 => {
+                        let (round_tapes, round_steps) = record(make, preset(), peak);
+                        tapes = round_tapes;
+                        recorded_steps.extend(round_steps);
+                    }
+                    budget => {
+                        runs[budget - 1] = Some(train(make, configs[budget - 1].clone(), steps));
+                    }
+                }
+            }
+            let runs = runs
+                .into_iter()
+                .map(|r| r.expect("every budget ran"))
+                .collect();
+            done.push(Round { tapes, runs });
+        }
+        // Each round is predicted from its own recording and its own 30% run's link figures
+        // and engine cost, and compared with its own budget runs: a neighbour's load that
+        // comes and goes between rounds falls on both sides of each comparison.
+        for (b, (percent, config)) in BUDGETS_PERCENT.iter().zip(&configs).enumerate() {
+            let (mut measured, mut predicted, mut step_off) = (Vec::new(), Vec::new(), Vec::new());
+            let mut last = None;
+            for round in &done {
+                let tape = median_tape(&round.tapes).expect("one program");
+                let profile = DeviceProfile::measured(&round.runs[0].stats);
+                // Where the budget is below one op (the CNN's at 30%), the engine runs it over
+                // the budget, and so does the prediction.
+                let run = dry_run_over_budget(&tape, &profile, config).expect("a valid config");
+                let real = median(round.runs[b].step_seconds.clone());
+                step_off.push(run.simulated.step_seconds / real - 1.0);
+                measured.push(real);
+                predicted.push(run.simulated.step_seconds);
+                if *percent == 30 && std::ptr::eq(round, &done[0]) {
+                    planned.push((name, tape.clone(), config.clone(), profile.clone()));
+                }
+                last = Some((run, &round.runs[b]));
+            }
+            step_off.sort_by(f64::total_cmp);
+            let (run, real) = last.expect("one round at least");
+            let t = run.simulated.traffic;
             rows.push(Row {
                 model: name,
-                percent,
-                measured: measured.step_seconds,
-                predicted: predicted.simulated.step_seconds,
-                measured_bytes: measured.bytes,
-                predicted_bytes: predicted.simulated.traffic.total(),
-                measured_out_in: measured.out_in,
-                predicted_out_in: {
-                    let t = predicted.simulated.traffic;
-                    (
-                        t.device_to_host + t.device_to_disk,
-                        t.host_to_device + t.disk_to_device,
-                    )
-                },
-                over_budget_ops: predicted.simulated.over_budget_ops,
+                percent: *percent,
+                measured: median(measured),
+                predicted: median(predicted),
+                step_off,
+                measured_bytes: real.bytes,
+                predicted_bytes: t.total(),
+                measured_out_in: real.out_in,
+                predicted_out_in: (
+                    t.device_to_host + t.device_to_disk,
+                    t.host_to_device + t.disk_to_device,
+                ),
+                over_budget_ops: run.simulated.over_budget_ops,
             });
-            if percent == 30 {
-                tapes.push((name, tape.clone(), config, profile.clone()));
-            }
         }
+        let profile = DeviceProfile::measured(&done[0].runs[0].stats);
         eprintln!(
-            "{name}: recorded step {:.2} ms, tape {} ops",
-            recorded_step * 1e3,
-            tape.ops.len()
+            "{name}: recorded step {:.2} ms (median of {}), tape {} ops; first round's measured \
+             profile: links {:.1} / {:.1} GB/s, latency {:.1} µs, host work per move {:.1} µs, \
+             engine {:.2} µs per op with something spilled",
+            median(recorded_steps.clone()) * 1e3,
+            recorded_steps.len(),
+            done[0].tapes[0].ops.len(),
+            profile.host_to_device_gb_per_s,
+            profile.device_to_host_gb_per_s,
+            profile.transfer_latency_us,
+            profile.move_host_us,
+            profile.engine_op_us,
         );
     }
     Spill::configure(&Default::default(), SpillConfig::default()).unwrap();
-    (rows, tapes)
+    (rows, planned)
 }
 
 fn off_by(predicted: f64, measured: f64) -> String {
@@ -298,17 +370,20 @@ fn off_by(predicted: f64, measured: f64) -> String {
 
 fn print_table(rows: &[Row]) {
     println!(
-        "\n| model | budget | measured step | predicted step | off by | measured bytes/step | predicted bytes/step | off by | out / in measured | out / in predicted | ops over budget (predicted) |"
+        "\n| model | budget | measured step | predicted step | off by (median of rounds) | rounds' range | measured bytes/step | predicted bytes/step | off by | out / in measured | out / in predicted | ops over budget (predicted) |"
     );
-    println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
     for r in rows {
+        let pct = |x: f64| format!("{:+.0}%", 100.0 * x);
         println!(
-            "| {} | {}% | {:.2} ms | {:.2} ms | {} | {} | {} | {} | {} / {} | {} / {} | {} |",
+            "| {} | {}% | {:.2} ms | {:.2} ms | {} | {} .. {} | {} | {} | {} | {} / {} | {} / {} | {} |",
             r.model,
             r.percent,
             r.measured * 1e3,
             r.predicted * 1e3,
-            off_by(r.predicted, r.measured),
+            pct(r.step_off[r.step_off.len() / 2]),
+            pct(r.step_off[0]),
+            pct(*r.step_off.last().unwrap()),
             bytes(r.measured_bytes),
             bytes(r.predicted_bytes),
             off_by(r.predicted_bytes as f64, r.measured_bytes as f64),
@@ -323,7 +398,11 @@ fn print_table(rows: &[Row]) {
 
 fn main() {
     let smoke = std::env::args().any(|a| a == "--test");
-    let (rows, tapes) = rows(if smoke { 1 } else { 9 });
+    let (rows, tapes) = if smoke {
+        rows(1, 1)
+    } else {
+        rows(ROUNDS, STEPS_PER_ROUND)
+    };
     let mut criterion = Criterion::default().configure_from_args();
     if smoke {
         criterion = criterion

@@ -14,6 +14,10 @@ pub struct MoveStats {
     /// Wall time spent moving them: reads, copies, checksums, writes and uploads. Freeing what
     /// was moved from (a device tensor, a host buffer, a file extent) is not counted.
     pub time: Duration,
+    /// The quickest single move of the run (an upper bound on a move's fixed cost), if any
+    /// moved. [`since`](Self::since) keeps the later snapshot's figure: it is not a difference.
+    #[serde(default)]
+    pub fastest: Option<Duration>,
 }
 
 /// Bytes per tier.
@@ -83,6 +87,15 @@ pub struct SpillStats {
     /// Time ops spent waiting for bytes: moves done on the op's own thread plus waits for
     /// transfers still in flight. Moves done by the transfer workers are not stalls.
     pub stall_time: Duration,
+    /// Time the engine's own decisions took on the op threads while memory was tight: after
+    /// ops with something off the device (prefetch scans, victim passes, settling) and making
+    /// room before ops, less the moves and waits `stall_time` counts. The dry-run planner's `measured` profile takes its cost per
+    /// op from this.
+    #[serde(default)]
+    pub engine_time: Duration,
+    /// Ops after which that work ran with something off the device (prefetch scans, settling).
+    #[serde(default)]
+    pub engine_ops: u64,
     /// Op inputs that were on the device because a prefetch brought them back in time.
     pub prefetch_hits: u64,
     /// Op inputs that were spilled (or still on their way) when the op needed them.
@@ -152,6 +165,7 @@ impl MoveStats {
             count: self.count.saturating_sub(earlier.count),
             bytes: self.bytes.saturating_sub(earlier.bytes),
             time: self.time.saturating_sub(earlier.time),
+            fastest: self.fastest,
         }
     }
 }
@@ -183,6 +197,8 @@ impl SpillStats {
                 .saturating_sub(earlier.disk_write_errors),
             time_moving: self.time_moving.saturating_sub(earlier.time_moving),
             stall_time: self.stall_time.saturating_sub(earlier.stall_time),
+            engine_time: self.engine_time.saturating_sub(earlier.engine_time),
+            engine_ops: self.engine_ops.saturating_sub(earlier.engine_ops),
             prefetch_hits: self.prefetch_hits.saturating_sub(earlier.prefetch_hits),
             prefetch_misses: self.prefetch_misses.saturating_sub(earlier.prefetch_misses),
             prefetches_issued: self

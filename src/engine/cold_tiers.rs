@@ -191,11 +191,13 @@ impl ColdTiers {
                         count: t.writes,
                         bytes: t.written,
                         time: t.write_time,
+                        fastest: None,
                     },
                     read: MoveStats {
                         count: t.reads,
                         bytes: t.read,
                         time: t.read_time,
+                        fastest: None,
                     },
                 }
             })

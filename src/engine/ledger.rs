@@ -4,8 +4,9 @@
 //! the ledger always knows what is alive and where. It returns to zero when every handle is
 //! gone, which the tests use to prove that nothing leaks.
 
+use std::cell::Cell;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use super::slot::Tier;
 use crate::stats::{MoveStats, SpillStats, TierBytes};
@@ -78,8 +79,21 @@ impl MoveCounter {
             count: self.count.load(Ordering::Relaxed),
             bytes: self.bytes.load(Ordering::Relaxed),
             time: Duration::from_nanos(self.nanos.load(Ordering::Relaxed)),
+            fastest: self.fastest(),
         }
     }
+
+    fn fastest(&self) -> Option<Duration> {
+        match self.fastest_complement.load(Ordering::Relaxed) {
+            0 => None,
+            complement => Some(Duration::from_nanos(u64::MAX - complement)),
+        }
+    }
+}
+
+thread_local! {
+    /// Nanoseconds this thread stalled, so that [`Ledger::engine_work`] can leave them out.
+    static STALLED_HERE: Cell<u64> = const { Cell::new(0) };
 }
 
 /// Raises `peak` to `now` if higher. Peaks are rarely beaten, and a plain load is much cheaper
@@ -115,6 +129,9 @@ pub struct Ledger {
     estimate_misses: AtomicU64,
     disk_write_errors: AtomicU64,
     stall_nanos: AtomicU64,
+    /// See [`Ledger::engine_work`].
+    engine_nanos: AtomicU64,
+    engine_ops: AtomicU64,
     prefetch_hits: AtomicU64,
     prefetch_misses: AtomicU64,
     prefetch_issued: AtomicU64,
@@ -154,10 +171,28 @@ impl Ledger {
     /// Records time an op spent waiting for bytes (a move on its own thread, or a transfer in
     /// flight).
     pub fn on_stall(&self, took: Duration) {
-        self.stall_nanos.fetch_add(
-            took.as_nanos().min(u64::MAX as u128) as u64,
-            Ordering::Relaxed,
-        );
+        let nanos = took.as_nanos().min(u64::MAX as u128) as u64;
+        self.stall_nanos.fetch_add(nanos, Ordering::Relaxed);
+        STALLED_HERE.with(|stalled| stalled.set(stalled.get().wrapping_add(nanos)));
+    }
+
+    /// Runs `work`, the engine's own work on an op's thread while memory is tight (victim
+    /// passes, prefetch scans, settling), and counts its time less the stalls inside it (the
+    /// moves it made there and its waits for transfers, which `stall_time` counts already).
+    /// `after_op` says whether this is an op's work after it ran (counted in `engine_ops`) or
+    /// room made before one. Two clock reads: only the pressured paths call it.
+    pub fn engine_work<R>(&self, after_op: bool, work: impl FnOnce() -> R) -> R {
+        let stalled_before = STALLED_HERE.with(Cell::get);
+        let started = Instant::now();
+        let result = work();
+        let took = started.elapsed().as_nanos().min(u64::MAX as u128) as u64;
+        let stalled = STALLED_HERE.with(Cell::get).wrapping_sub(stalled_before);
+        self.engine_nanos
+            .fetch_add(took.saturating_sub(stalled), Ordering::Relaxed);
+        if after_op {
+            self.engine_ops.fetch_add(1, Ordering::Relaxed);
+        }
+        result
     }
 
     /// Records what the prefetcher achieved for an op's inputs: `hits` were on the device
@@ -189,13 +224,7 @@ impl Ledger {
 
     /// The fastest single move measured in `direction`: about the fixed cost of one transfer.
     pub fn fastest_move(&self, direction: Direction) -> Option<Duration> {
-        match self.moves[direction as usize]
-            .fastest_complement
-            .load(Ordering::Relaxed)
-        {
-            0 => None,
-            complement => Some(Duration::from_nanos(u64::MAX - complement)),
-        }
+        self.moves[direction as usize].fastest()
     }
 
     /// Records a move between tiers.
@@ -384,6 +413,8 @@ impl Ledger {
             disk_write_errors: self.disk_write_errors.load(Ordering::Relaxed),
             time_moving: moves.iter().map(|m| m.time).sum(),
             stall_time: Duration::from_nanos(self.stall_nanos.load(Ordering::Relaxed)),
+            engine_time: Duration::from_nanos(self.engine_nanos.load(Ordering::Relaxed)),
+            engine_ops: self.engine_ops.load(Ordering::Relaxed),
             prefetch_hits: self.prefetch_hits.load(Ordering::Relaxed),
             prefetch_misses: self.prefetch_misses.load(Ordering::Relaxed),
             prefetches_issued: self.prefetch_issued.load(Ordering::Relaxed),

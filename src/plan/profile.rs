@@ -87,6 +87,19 @@ pub struct DeviceProfile {
     /// Where op times come from.
     #[serde(default)]
     pub op_times: OpTimes,
+    /// Host time the engine's own decisions add to an op while something is off the device
+    /// (prefetch scans, victim passes, settling), microseconds. `measured` takes it from the engine's
+    /// clock (`SpillStats::engine_time` over `engine_ops`). On a GPU this host work runs while
+    /// the device works through the kernels queued before it, so the built-ins leave it at 0
+    /// (the simulation assumes the host keeps the device fed).
+    #[serde(default)]
+    pub engine_op_us: f64,
+    /// Host time the engine spends on each move beyond the copy itself (the tensor's slot, the
+    /// index, the allocator), microseconds. `measured` takes it from what ops waited per move
+    /// beyond the copies; the built-ins leave it at 0 (their latency covers a GPU copy's fixed
+    /// cost). It lengthens a move, not the engine's estimate of one, which counts only copies.
+    #[serde(default)]
+    pub move_host_us: f64,
 }
 
 /// The built-in profiles' names.
@@ -256,6 +269,8 @@ impl DeviceProfile {
             compute_efficiency: COMPUTE_EFFICIENCY,
             memory_efficiency: MEMORY_EFFICIENCY,
             op_times: OpTimes::Modelled,
+            engine_op_us: 0.0,
+            move_host_us: 0.0,
         })
     }
 
@@ -307,29 +322,52 @@ impl DeviceProfile {
     }
 
     /// This machine, as a recorded run saw it: op times are the tape's own durations (which on
-    /// a synchronous backend such as Flex are the ops' compute times), and each link the
-    /// engine's measured bandwidth of that direction (`stats`, from the run that recorded the
-    /// tape or any run on this machine), or a fallback where nothing of it moved yet.
+    /// a synchronous backend such as Flex are the ops' compute times), and from `stats` (a run
+    /// on this machine that moved bytes; the run that recorded the tape never did if its
+    /// budget did not bind): each link's measured bandwidth (a fallback where nothing of it
+    /// moved yet), a move's fixed cost (the quickest move, plus what ops waited per move beyond
+    /// the copies: the op thread's own work for a move) and the engine's own time per op while
+    /// something is off the device.
     pub fn measured(stats: &SpillStats) -> Self {
-        let rate = |m: &crate::MoveStats, fallback: f64| {
-            if m.bytes >= 1 << 20 && !m.time.is_zero() {
-                m.bytes as f64 / m.time.as_secs_f64() / GB
-            } else {
-                fallback
-            }
+        let links = [&stats.host_to_device, &stats.device_to_host];
+        // The quickest move bounds a move's fixed cost from above; the rest of the moves' time
+        // is what their bytes took, so that latency plus bytes over the rate adds up to the
+        // measured time of the moves (counting the latency inside the rate too would count it
+        // twice).
+        let fastest: Vec<f64> = links
+            .iter()
+            .filter_map(|m| m.fastest)
+            .map(|t| t.as_secs_f64())
+            .collect();
+        let quickest = if fastest.is_empty() {
+            10e-6
+        } else {
+            fastest.iter().sum::<f64>() / fastest.len() as f64
         };
-        let latency = |m: &crate::MoveStats| {
-            // The mean time of a move bounds its fixed cost from above; small moves dominate
-            // the count, so this is close to it.
-            if m.count > 0 {
-                (m.time.as_secs_f64() * 1e6 / m.count as f64).min(50.0)
-            } else {
-                10.0
+        // What ops waited beyond the copies themselves, per move: the op thread's own cost of
+        // a move (its slot, index and allocator work) on a backend where moves run there.
+        let moves = stats.host_to_device.count + stats.device_to_host.count;
+        let beyond_copies = if moves > 0 {
+            stats
+                .stall_time
+                .saturating_sub(stats.time_moving)
+                .as_secs_f64()
+                / moves as f64
+        } else {
+            0.0
+        };
+
+        let rate = |m: &crate::MoveStats, fallback: f64| {
+            let time = m.time.as_secs_f64();
+            if m.bytes < 1 << 20 || time <= 0.0 {
+                return fallback;
             }
+            let bytes_time = (time - m.count as f64 * quickest).max(time * 0.1);
+            m.bytes as f64 / bytes_time / GB
         };
         let h2d = rate(&stats.host_to_device, 10.0);
         let d2h = rate(&stats.device_to_host, 10.0);
-        let lat = (latency(&stats.host_to_device) + latency(&stats.device_to_host)) / 2.0;
+        let lat = quickest * 1e6;
         Self {
             name: "measured".to_string(),
             memory_bytes: stats.peak.device.max(1),
@@ -354,6 +392,12 @@ impl DeviceProfile {
             compute_efficiency: 1.0,
             memory_efficiency: 1.0,
             op_times: OpTimes::Recorded,
+            move_host_us: beyond_copies * 1e6,
+            engine_op_us: if stats.engine_ops > 0 {
+                stats.engine_time.as_secs_f64() * 1e6 / stats.engine_ops as f64
+            } else {
+                0.0
+            },
         }
     }
 
@@ -390,6 +434,8 @@ impl DeviceProfile {
         for (field, value) in [
             ("transfer_latency_us", self.transfer_latency_us),
             ("launch_us", self.launch_us),
+            ("engine_op_us", self.engine_op_us),
+            ("move_host_us", self.move_host_us),
         ] {
             if !(value.is_finite() && value >= 0.0) {
                 return Err(format!(
@@ -479,5 +525,31 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(err.contains("accepted"), "{err}");
+    }
+
+    /// The measured profile splits the moves' time into a fixed cost (the quickest move) and
+    /// bytes over a rate, so that replaying the same moves takes the time they took.
+    #[test]
+    fn the_measured_links_add_up_to_the_moves_time() {
+        use std::time::Duration;
+        let moves = |count, bytes, micros, fastest_micros| crate::MoveStats {
+            count,
+            bytes,
+            time: Duration::from_micros(micros),
+            fastest: Some(Duration::from_micros(fastest_micros)),
+        };
+        let stats = SpillStats {
+            // 100 moves of 40 KiB in 1.2 ms, the quickest 4 µs; 50 of 80 KiB in 0.7 ms, 6 µs.
+            host_to_device: moves(100, 100 * 40 << 10, 1_200, 4),
+            device_to_host: moves(50, 50 * 80 << 10, 700, 6),
+            ..Default::default()
+        };
+        let p = DeviceProfile::measured(&stats);
+        assert!((p.transfer_latency_us - 5.0).abs() < 1e-9, "{p:?}");
+        let replay = |count: u64, bytes: u64, to_device: bool| {
+            count as f64 * p.link_seconds(bytes / count, to_device, false)
+        };
+        assert!((replay(100, 100 * 40 << 10, true) - 1.2e-3).abs() < 1e-9);
+        assert!((replay(50, 50 * 80 << 10, false) - 0.7e-3).abs() < 1e-9);
     }
 }

@@ -21,8 +21,14 @@
 //!   [`carry::pairs`], and the plan knows their next use), and the last run is reported, so
 //!   that leads and the transfer estimate have been learnt.
 //! - One stream: ops of other threads run in tape order on it.
-//! - The engine's choice to run a small move on the op thread instead of a worker, and its
-//!   bookkeeping time, are not modelled (they matter on a CPU backend, not on a GPU).
+//! - A move the asynchronous engine finds cheaper than a hand-off to its worker
+//!   ([`crate::policy::handoff`], fed with the simulated moves' times) runs on the op's thread:
+//!   the next op waits for it. The worker's wake-up is taken at the engine's floor (the engine
+//!   measures it, and a loaded machine only raises it).
+//! - The engine's own decisions (victim passes, prefetch scans) cost the profile's
+//!   `engine_op_us` after each op while something is off the device, as the engine measures
+//!   it. The built-in GPUs leave it at 0: there the host runs ahead of the device and hides
+//!   it; `measured` takes it from the engine's clock, since on a CPU backend it shows.
 
 use std::collections::{HashMap, HashSet};
 
@@ -30,6 +36,7 @@ use serde::Serialize;
 
 use crate::engine::TensorId;
 use crate::policy::PolicyKind;
+use crate::policy::handoff::{self, MoveHistory};
 use crate::policy::plan::{KeyAt, NextUse, PlanKey, UsePlan, keys_and_uses, positions_of};
 use crate::policy::prefetch as decide;
 use crate::policy::victim::{self, Bandwidth, Candidate};
@@ -77,6 +84,9 @@ pub struct Simulated {
     pub compute_seconds: f64,
     /// Seconds the stream waited for inputs or room.
     pub stall_seconds: f64,
+    /// Seconds of the engine's own decisions on the op's thread (the profile's
+    /// `engine_op_us` per op while memory is tight).
+    pub engine_seconds: f64,
     /// The most bytes on the device (resident, in flight to it, or still leaving it).
     pub device_peak: u64,
     /// The most bytes in the host tier.
@@ -130,6 +140,21 @@ struct Queues {
 struct Learnt {
     leads: HashMap<PlanKey, u32>,
     transfer_ops: u32,
+    /// The moves so far per direction (to host, to the device from host, from disk), as the
+    /// engine's ledger counts them for [`handoff::cheaper_on_op_thread`].
+    moves: Moves,
+}
+
+/// Move histories per direction.
+#[derive(Debug, Clone, Copy, Default)]
+struct Moves {
+    to_host: MoveHistory,
+    to_device: MoveHistory,
+    from_disk: MoveHistory,
+}
+
+fn duration(seconds: f64) -> std::time::Duration {
+    std::time::Duration::from_secs_f64(seconds.max(0.0))
 }
 
 struct Sim<'a> {
@@ -465,14 +490,21 @@ impl<'a> Sim<'a> {
         )
     }
 
+    /// The engine's host work per move beyond the copy (the engine's own move times, which its
+    /// decisions read, leave it out).
+    fn move_host(&self) -> f64 {
+        self.profile.move_host_us * 1e-6
+    }
+
     /// Starts copying `id` off the device no earlier than `after`; returns when its bytes are
     /// freed.
     fn evict(&mut self, id: TensorId, after: f64, op: usize) -> f64 {
         let bytes = self.size(id);
         let to_disk = !self.host_has_room(bytes);
         let (start, took) = self.link(false, after, bytes);
-        let done = start + took;
+        let done = start + took + self.move_host();
         self.queues.to_host = done;
+        self.learnt.moves.to_host.add(bytes, duration(took));
         if to_disk {
             // The host buffer goes to disk behind the copy; the device is free once it is out.
             self.queues.disk = self.queues.disk.max(done) + self.profile.disk_seconds(bytes, true);
@@ -496,9 +528,11 @@ impl<'a> Sim<'a> {
         let bytes = self.size(id);
         let from_disk = self.place.get(&id) == Some(&Place::Disk);
         let mut ready = after;
+        let mut read = 0.0;
         if from_disk {
             let start = self.queues.disk.max(after);
-            ready = start + self.profile.disk_seconds(bytes, false);
+            read = self.profile.disk_seconds(bytes, false);
+            ready = start + read;
             self.queues.disk = ready;
             self.out.traffic.disk_to_device += bytes;
         } else {
@@ -506,8 +540,16 @@ impl<'a> Sim<'a> {
             self.out.traffic.host_to_device += bytes;
         }
         let (start, took) = self.link(true, ready, bytes);
-        let done = start + took;
+        let done = start + took + self.move_host();
         self.queues.to_device = done;
+        if from_disk {
+            self.learnt
+                .moves
+                .from_disk
+                .add(bytes, duration(read + took));
+        } else {
+            self.learnt.moves.to_device.add(bytes, duration(took));
+        }
         self.grow(bytes);
         self.place.insert(id, Place::Arriving { done, from_op: op });
         self.in_flight.push(id);
@@ -737,13 +779,33 @@ impl<'a> Sim<'a> {
         }
     }
 
-    /// The engine's `after_op`: prefetch what is due, make room for the first that did not
-    /// fit, and settle the device at the plan's target.
+    /// The engine's `after_op`: prefetch what is due, then settle the device at the plan's
+    /// target and make room for the first prefetch that did not fit. The synchronous engine
+    /// does all of it on the op's thread, the asynchronous one only the moves cheaper than a
+    /// hand-off to its worker: the next op waits for those.
     fn after_op(&mut self, i: usize) {
         let now = self.positions_after[i];
         let budget = self.settings.budget;
         let none = HashSet::new();
-        let mut background_done = self.clock;
+        let asynchronous = self.settings.asynchronous;
+        let off_device = self.host > 0
+            || self
+                .place
+                .values()
+                .any(|p| matches!(p, Place::Disk | Place::Leaving { .. }));
+        if !off_device && self.device <= budget.saturating_sub(self.plan.max_headroom()) {
+            // The engine's early exit: memory ample.
+            return;
+        }
+        if off_device {
+            // The engine's prefetch scans and settling (its cost per op is measured only here).
+            let bookkeeping = self.profile.engine_op_us * 1e-6;
+            self.out.engine_seconds += bookkeeping;
+            self.clock += bookkeeping;
+        }
+        // When the moves the op's thread waits for are done.
+        let mut here_done = self.clock;
+        let mut room = None;
         if self.settings.prefetch_window > 0 {
             let window = self.settings.prefetch_window.min(self.plan.len());
             let reach = decide::reach(window, self.learnt.transfer_ops);
@@ -766,28 +828,47 @@ impl<'a> Sim<'a> {
                     let bytes = self.size(id);
                     let ceiling = decide::ceiling(budget, &headroom, d);
                     if used + bytes > ceiling {
-                        let level = ceiling.saturating_sub(bytes);
-                        let done =
-                            self.evict_down_to(level, self.clock, i, now, &none, Some(now + d));
-                        background_done = background_done.max(done);
+                        room = Some((ceiling.saturating_sub(bytes), now + d));
                         break;
                     }
                     used += bytes;
+                    let history = if self.place.get(&id) == Some(&Place::Disk) {
+                        self.learnt.moves.from_disk
+                    } else {
+                        self.learnt.moves.to_device
+                    };
+                    let here = !asynchronous || self.runs_here(history, bytes);
                     let done = self.restore(id, self.clock, i);
                     self.prefetched.insert(id);
                     self.out.prefetches += 1;
-                    background_done = background_done.max(done);
+                    if here {
+                        here_done = here_done.max(done);
+                    }
                 }
             }
         }
         let target = decide::settle_target(budget, self.plan, now, self.learnt.transfer_ops);
-        let done = self.evict_down_to(target, self.clock, i, now, &none, None);
-        background_done = background_done.max(done);
-        if !self.settings.asynchronous {
-            // The synchronous engine moves between ops, on the op's thread.
-            self.out.stall_seconds += background_done - self.clock;
-            self.clock = background_done;
+        let committed = self.device - self.leaving;
+        if committed > target || room.is_some() {
+            let lowest = room.map_or(target, |(level, _)| level.min(target));
+            let history = self.learnt.moves.to_host;
+            let here = !asynchronous || self.runs_here(history, committed.saturating_sub(lowest));
+            let mut done = self.evict_down_to(target, self.clock, i, now, &none, None);
+            if let Some((level, beyond)) = room {
+                done = done.max(self.evict_down_to(level, self.clock, i, now, &none, Some(beyond)));
+            }
+            if here {
+                here_done = here_done.max(done);
+            }
         }
+        self.out.stall_seconds += here_done - self.clock;
+        self.clock = here_done;
+    }
+
+    /// The engine's choice for one asynchronous move: on the op's thread when it is cheaper
+    /// than waking the worker (whose wake-up is taken at the engine's floor).
+    fn runs_here(&self, history: MoveHistory, bytes: u64) -> bool {
+        handoff::cheaper_on_op_thread(history, bytes, std::time::Duration::ZERO)
     }
 
     fn finish(mut self) -> Simulated {

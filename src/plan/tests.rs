@@ -66,6 +66,11 @@ fn slow_device() -> DeviceProfile {
 /// Two 8 MiB inputs a, b; a is read first and last, b in the middle, around a long chain of
 /// adds on c that make room scarce.
 fn forward_and_back() -> StepTape {
+    forward_and_back_of(8 * MIB)
+}
+
+/// [`forward_and_back`] with tensors of `size` bytes.
+fn forward_and_back_of(size: u64) -> StepTape {
     tape(
         &[
             ("float_exp", &[1], &[3]),
@@ -77,15 +82,15 @@ fn forward_and_back() -> StepTape {
             ("float_add", &[8, 1], &[9]),
         ],
         &[
-            (1, 8 * MIB),
-            (2, 8 * MIB),
-            (3, 8 * MIB),
-            (4, 8 * MIB),
-            (5, 8 * MIB),
-            (6, 8 * MIB),
-            (7, 8 * MIB),
-            (8, 8 * MIB),
-            (9, 8 * MIB),
+            (1, size),
+            (2, size),
+            (3, size),
+            (4, size),
+            (5, size),
+            (6, size),
+            (7, size),
+            (8, size),
+            (9, size),
         ],
         &[(3, 3), (4, 3), (5, 4), (6, 5), (7, 6), (8, 7)],
     )
@@ -204,6 +209,70 @@ fn a_faster_link_costs_less() {
     assert_eq!(a.simulated.traffic, b.simulated.traffic);
     assert!(b.overhead < a.overhead, "{} vs {}", b.overhead, a.overhead);
     assert!(a.overhead > 0.0);
+}
+
+/// [`forward_and_back_of`] `blocks` times over, each block's result dropped once made: a step
+/// that moves a few tensors per block.
+fn blocks_of(size: u64, blocks: u64) -> StepTape {
+    let one = forward_and_back_of(size);
+    let ops = one.ops.len() as u64;
+    let mut t = StepTape {
+        version: one.version,
+        ..Default::default()
+    };
+    for b in 0..blocks {
+        let shift = |id: u64| id + 10 * b;
+        for op in &one.ops {
+            let mut op = op.clone();
+            op.inputs = op.inputs.iter().map(|&i| shift(i)).collect();
+            op.outputs = op.outputs.iter().map(|&i| shift(i)).collect();
+            t.ops.push(op);
+        }
+        for tensor in &one.tensors {
+            let mut tensor = tensor.clone();
+            tensor.id = shift(tensor.id);
+            if let Some(p) = tensor.producer.as_mut() {
+                p.op += (ops * b) as u32;
+            }
+            t.tensors.push(tensor);
+        }
+        for d in one.drops.iter().chain(&[DropRecord {
+            id: 9,
+            after_ops: ops as u32,
+        }]) {
+            t.drops.push(DropRecord {
+                id: shift(d.id),
+                after_ops: d.after_ops + (ops * b) as u32,
+            });
+        }
+    }
+    t
+}
+
+/// The asynchronous engine runs a move that takes less than waking its worker on the op's
+/// thread, so with tiny tensors (8 KiB, 8 µs at 1 GB/s) it waits for its moves about as the
+/// synchronous one does; with 8 MiB ones (8 ms) the worker takes them and the ops wait less.
+#[test]
+fn moves_cheaper_than_a_handoff_wait_on_the_ops_thread() {
+    let p = slow_device();
+    let predict = |size: u64, asynchronous: bool| {
+        let t = blocks_of(size, 8);
+        dry_run(&t, &p, &config(3 * size).asynchronous(asynchronous))
+            .unwrap()
+            .simulated
+    };
+    let (tiny_async, tiny_sync) = (predict(8 << 10, true), predict(8 << 10, false));
+    let (big_async, big_sync) = (predict(8 * MIB, true), predict(8 * MIB, false));
+    assert!(tiny_sync.evictions >= 16, "{tiny_sync:?}");
+    assert_eq!(tiny_async.traffic, tiny_sync.traffic);
+    assert!(
+        (tiny_async.step_seconds - tiny_sync.step_seconds).abs() < 1e-12,
+        "async {tiny_async:?}\nsync {tiny_sync:?}"
+    );
+    assert!(
+        big_async.step_seconds < big_sync.step_seconds,
+        "async {big_async:?}\nsync {big_sync:?}"
+    );
 }
 
 #[test]

@@ -10,6 +10,7 @@
 //!
 //! Nothing here names a Burn type; everything is unit-tested on synthetic tapes.
 
+pub(crate) mod handoff;
 pub(crate) mod plan;
 pub(crate) mod pool;
 pub(crate) mod prefetch;

@@ -163,7 +163,7 @@ impl DeviceEngine {
         let reserved = to_restore.saturating_add(estimate);
         self.reserved_for_ops.fetch_add(reserved, Ordering::Relaxed);
         if self.device_committed() > budget {
-            self.make_room(budget);
+            self.ledger.engine_work(false, || self.make_room(budget));
         }
         Some(OpTicket {
             name,

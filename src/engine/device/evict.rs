@@ -13,9 +13,9 @@ use crate::policy::plan::NextUse;
 use crate::policy::victim::{self, Bandwidth};
 
 use super::prefetch::{BENCHED_STEPS, MAX_BENCH_DOUBLINGS, Room};
-use super::settle::MEASURED_MOVES;
 use super::step::Placement;
 use super::{DeviceEngine, Limits, lock};
+use crate::policy::handoff::MEASURED_MOVES;
 
 /// How an eviction pass ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -1,13 +1,12 @@
 //! After an op: the device brought under its watermark and the host under its limit, on the
 //! op's thread or as jobs for the transfer workers, and those jobs run.
 
-use std::sync::Arc;
-use std::sync::atomic::Ordering;
-use std::time::Duration;
-
 use crate::engine::ledger::Direction;
 use crate::engine::slot::Tier;
 use crate::engine::transfer::{Job, Lane};
+use crate::policy::handoff::{self, MoveHistory};
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
 
 use super::evict::Eviction;
 use super::prefetch::Room;
@@ -28,14 +27,6 @@ pub(super) struct SettlePoint {
     pub(super) trigger: u64,
     pub(super) target: u64,
 }
-
-/// What handing a move to a worker costs at least (a wake-up and two context switches): moves
-/// measured to take less (or less than the measured wait for a worker, when that is longer) run
-/// on the op's thread, between ops.
-pub(super) const HANDOFF_COST: Duration = Duration::from_micros(20);
-
-/// Moves of a direction measured before their mean time is trusted.
-pub(super) const MEASURED_MOVES: u64 = 16;
 
 /// Bytes one background eviction job moves before it lets queued prefetches run.
 pub(super) const SETTLE_SLICE_BYTES: u64 = 4 << 20;
@@ -62,14 +53,27 @@ impl DeviceEngine {
         if off_device == 0 && self.device_committed() <= self.settle_floor(&limits, budget) {
             return;
         }
-        let point = self.settle_point(&limits);
+        if off_device == 0 {
+            // Only the device is near its budget: settling is a comparison or an eviction (whose
+            // time is a stall), not the prefetch scans that cost an op its time.
+            self.settle_after_op(&limits);
+        } else {
+            self.ledger
+                .engine_work(true, || self.settle_after_op(&limits));
+        }
+    }
+
+    /// `after_op` while memory is tight: prefetch, then settle and make room for the first
+    /// prefetch left out, here or on a worker.
+    fn settle_after_op(self: &Arc<Self>, limits: &Limits) {
+        let point = self.settle_point(limits);
         let room = if limits.planning() && limits.prefetch_window > 0 {
-            self.prefetch_ahead(&limits)
+            self.prefetch_ahead(limits)
         } else {
             None
         };
         if !limits.asynchronous {
-            self.settle_at(&limits, point);
+            self.settle_at(limits, point);
             if let Some(room) = room {
                 self.make_room_for(room);
             }
@@ -103,24 +107,22 @@ impl DeviceEngine {
                 }
             }
         }
-        self.queue_overflow(&limits);
+        self.queue_overflow(limits);
     }
 
     /// Whether moving `bytes` in `direction` is likely cheaper than handing the move to a
     /// worker: waking a sleeping thread and switching to it costs a few microseconds on each
     /// side (more on a busy machine, where the worker is scheduled late: the wait is measured),
     /// more than a small copy on a CPU backend (where a restore is a buffer handover). The
-    /// estimate is the measured mean time of such a move, scaled up for larger ones; until
-    /// enough moves were measured the worker takes them.
+    /// decision is [`handoff::cheaper_on_op_thread`] over this direction's measured moves.
     pub(super) fn cheaper_here(&self, direction: Direction, bytes: u64) -> bool {
         let moves = self.ledger.moves(direction);
-        if moves.count < MEASURED_MOVES {
-            return false;
-        }
-        let mean_bytes = (moves.bytes / moves.count).max(1);
-        let scale = (bytes as f64 / mean_bytes as f64).max(1.0);
-        let estimate = (moves.time / moves.count as u32).mul_f64(scale);
-        estimate < HANDOFF_COST.max(self.transfers.handoff_latency())
+        let history = MoveHistory {
+            count: moves.count,
+            bytes: moves.bytes,
+            time: moves.time,
+        };
+        handoff::cheaper_on_op_thread(history, bytes, self.transfers.handoff_latency())
     }
 
     /// Has the I/O worker move the host tier's overflow to disk, unless it is queued already.

@@ -208,11 +208,7 @@ pub(super) fn step_stats(
     planned_peak: u64,
     actual_peak: u64,
 ) -> StepStats {
-    let diff = |a: crate::MoveStats, b: crate::MoveStats| crate::MoveStats {
-        count: b.count.saturating_sub(a.count),
-        bytes: b.bytes.saturating_sub(a.bytes),
-        time: b.time.saturating_sub(a.time),
-    };
+    let diff = |a: crate::MoveStats, b: crate::MoveStats| b.since(&a);
     StepStats {
         step,
         prefetch_hits: end.prefetch_hits.saturating_sub(start.prefetch_hits),
