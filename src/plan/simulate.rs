@@ -11,8 +11,9 @@
 //! What to evict and what to prefetch are decided by the code the engine runs
 //! ([`crate::policy::victim::pick`] and [`crate::policy::victim::needed_soon`] over candidates
 //! ranked by the configured policy, [`crate::policy::prefetch`]'s due rule, prefetch ceiling,
-//! settle target, late-arrival leads and transfer-ops estimate, and the [`UsePlan`]'s
-//! headroom), fed with the simulated state instead of the engine's.
+//! settle target, late-arrival leads, benches after wasted prefetches and transfer-ops
+//! estimate, [`crate::policy::handoff`]'s choice of thread, and the [`UsePlan`]'s headroom),
+//! fed with the simulated state instead of the engine's.
 //!
 //! Simplifications, each with its effect on the prediction:
 //! - The step is its own plan (the engine plans step `n + 1` from step `n`): a repeating
@@ -24,7 +25,8 @@
 //! - A move the asynchronous engine finds cheaper than a hand-off to its worker
 //!   ([`crate::policy::handoff`], fed with the simulated moves' times) runs on the op's thread:
 //!   the next op waits for it. The worker's wake-up is taken at the engine's floor (the engine
-//!   measures it, and a loaded machine only raises it).
+//!   measures it, and a loaded machine only raises it). Such a prefetch has landed when the
+//!   engine goes on, so it teaches the transfer-ops estimate that a move takes no ops.
 //! - The engine's own decisions (victim passes, prefetch scans) cost the profile's
 //!   `engine_op_us` after each op while something is off the device, as the engine measures
 //!   it. The built-in GPUs leave it at 0: there the host runs ahead of the device and hides
@@ -143,6 +145,10 @@ struct Learnt {
     /// The moves so far per direction (to host, to the device from host, from disk), as the
     /// engine's ledger counts them for [`handoff::cheaper_on_op_thread`].
     moves: Moves,
+    /// Steps simulated before this one: the engine's step counter, for benches.
+    step: u64,
+    /// Tensors kept from prefetch after a wasted one (evicted again unread).
+    benched: HashMap<PlanKey, decide::Bench>,
 }
 
 /// Move histories per direction.
@@ -209,6 +215,7 @@ pub(crate) fn simulate(
         let mut sim = Sim::new(tape, profile, &plan, op_seconds, gaps, settings, learnt);
         sim.run(&start);
         learnt = sim.learnt.clone();
+        learnt.step += 1;
         start = sim.hand_over(&pairs);
         result = sim.finish();
     }
@@ -515,7 +522,13 @@ impl<'a> Sim<'a> {
             self.out.traffic.device_to_host += bytes;
         }
         self.leaving += bytes;
-        self.prefetched.remove(&id);
+        if self.prefetched.remove(&id)
+            && let Some(&key) = self.keys.get(&id)
+        {
+            // Brought back and evicted again unread: the engine benches it.
+            let step = self.learnt.step;
+            self.learnt.benched.entry(key).or_default().strike(step);
+        }
         self.place.insert(id, Place::Leaving { done, to_disk });
         self.in_flight.push(id);
         self.out.evictions += 1;
@@ -813,6 +826,10 @@ impl<'a> Sim<'a> {
                 .place
                 .iter()
                 .filter(|(_, p)| matches!(p, Place::Host | Place::Disk))
+                .filter(|(id, _)| {
+                    let bench = self.keys.get(id).and_then(|k| self.learnt.benched.get(k));
+                    !decide::is_benched(bench, self.learnt.step)
+                })
                 .filter_map(|(id, _)| {
                     let next_use = self.next_use(*id, now);
                     decide::is_due(next_use, reach, self.lead(*id))
@@ -842,7 +859,10 @@ impl<'a> Sim<'a> {
                     self.prefetched.insert(id);
                     self.out.prefetches += 1;
                     if here {
+                        // Done before the engine goes on (it learns that such a move takes no
+                        // ops to land).
                         here_done = here_done.max(done);
+                        self.retire(done, i);
                     }
                 }
             }

@@ -1,5 +1,6 @@
 //! Prefetch and settle decisions as pure functions of the plan and the engine's figures: which
-//! spilled tensors are due, how high a prefetch may fill the device, where the device is kept
+//! spilled tensors are due (and which are kept back after a wasted prefetch), how high a
+//! prefetch may fill the device, where the device is kept
 //! after an op, and how the engine learns how far ahead a move must start. The engine and the
 //! dry-run simulation ([`crate::plan`]) both call these, so that the simulation predicts what
 //! the engine does rather than what a copy of it would.
@@ -34,6 +35,32 @@ pub fn ceiling(budget: u64, headroom: &[u64], distance: u32) -> u64 {
     budget.saturating_sub(ahead)
 }
 
+/// Steps a tensor whose prefetch was wasted (evicted again before its use) is not prefetched;
+/// each further waste doubles it, up to 64 times as long.
+pub const BENCHED_STEPS: u64 = 4;
+pub const MAX_BENCH_DOUBLINGS: u32 = 6;
+
+/// A tensor kept from prefetch after wasted ones.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Bench {
+    until: u64,
+    strikes: u32,
+}
+
+impl Bench {
+    /// Its prefetch at `step` was wasted: it waits for its op for [`BENCHED_STEPS`] steps,
+    /// doubled for each waste before.
+    pub fn strike(&mut self, step: u64) {
+        self.until = step + (BENCHED_STEPS << self.strikes.min(MAX_BENCH_DOUBLINGS));
+        self.strikes += 1;
+    }
+}
+
+/// Whether a tensor with this bench record is kept from prefetch at `step`.
+pub fn is_benched(bench: Option<&Bench>, step: u64) -> bool {
+    bench.is_some_and(|b| b.until > step)
+}
+
 /// A tensor that arrived late is asked for earlier next step (Capuchin's rule): its lead
 /// doubles, from 1 up to [`MAX_LEAD`].
 pub fn lead_after_late(lead: u32) -> u32 {
@@ -59,6 +86,27 @@ pub fn settle_target(budget: u64, plan: &UsePlan, now: u32, transfer_ops: u32) -
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_wasted_prefetch_benches_the_tensor_twice_as_long_each_time() {
+        let mut bench = Bench::default();
+        assert!(!is_benched(None, 0));
+        assert!(!is_benched(Some(&bench), 0));
+        bench.strike(10);
+        assert!(is_benched(Some(&bench), 10 + BENCHED_STEPS - 1));
+        assert!(!is_benched(Some(&bench), 10 + BENCHED_STEPS));
+        bench.strike(20);
+        assert!(is_benched(Some(&bench), 20 + 2 * BENCHED_STEPS - 1));
+        assert!(!is_benched(Some(&bench), 20 + 2 * BENCHED_STEPS));
+        for step in 0..20 {
+            bench.strike(step);
+        }
+        // Doubling stops at 2^MAX_BENCH_DOUBLINGS.
+        assert!(!is_benched(
+            Some(&bench),
+            19 + (BENCHED_STEPS << MAX_BENCH_DOUBLINGS)
+        ));
+    }
 
     #[test]
     fn the_ceiling_leaves_the_room_the_ops_up_to_the_use_need() {

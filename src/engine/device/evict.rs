@@ -12,7 +12,7 @@ use crate::fast_hash::FastSet;
 use crate::policy::plan::NextUse;
 use crate::policy::victim::{self, Bandwidth};
 
-use super::prefetch::{BENCHED_STEPS, MAX_BENCH_DOUBLINGS, Room};
+use super::prefetch::Room;
 use super::step::Placement;
 use super::{DeviceEngine, Limits, lock};
 use crate::policy::handoff::MEASURED_MOVES;
@@ -156,9 +156,7 @@ impl DeviceEngine {
                 let step = self.recorder.position().0;
                 let mut benched = lock(&self.benched);
                 for key in wasted {
-                    let bench = benched.entry(key).or_default();
-                    bench.until = step + (BENCHED_STEPS << bench.strikes.min(MAX_BENCH_DOUBLINGS));
-                    bench.strikes += 1;
+                    benched.entry(key).or_default().strike(step);
                 }
             }
             // Dropping the upgraded handles may run a handle's drop, which takes the index lock.

@@ -23,8 +23,8 @@ mod prefetch;
 mod settle;
 mod step;
 
+use crate::policy::prefetch::Bench;
 pub use admit::{OpInput, OpOutput, OpTicket};
-use prefetch::Bench;
 use settle::SettleGoal;
 use step::StepCounters;
 

@@ -22,18 +22,6 @@ pub(crate) struct Room {
     pub(super) beyond: u64,
 }
 
-/// Steps a tensor whose prefetch was wasted (evicted again before its use) is not prefetched;
-/// each further waste doubles it, up to 64 times as long.
-pub(super) const BENCHED_STEPS: u64 = 4;
-pub(super) const MAX_BENCH_DOUBLINGS: u32 = 6;
-
-/// A tensor kept from prefetch after wasted ones.
-#[derive(Debug, Clone, Copy, Default)]
-pub(super) struct Bench {
-    pub(super) until: u64,
-    pub(super) strikes: u32,
-}
-
 impl DeviceEngine {
     /// Queues prefetches for spilled tensors whose next use falls within the window (plus the
     /// lead each has earned by arriving late), soonest first, while they fit: a tensor fits
@@ -59,7 +47,7 @@ impl DeviceEngine {
             let benched = lock(&self.benched);
             let mut due = Vec::new();
             for s in soon {
-                if benched.get(&s.key.key).is_some_and(|b| b.until > step) {
+                if decide::is_benched(benched.get(&s.key.key), step) {
                     continue;
                 }
                 let lead = leads.get(&s.key.key).copied().unwrap_or(0);
