@@ -87,7 +87,7 @@ pub struct Simulated {
     /// Seconds the stream waited for inputs or room.
     pub stall_seconds: f64,
     /// Seconds of the engine's own decisions on the op's thread (the profile's
-    /// `engine_op_us` per op while memory is tight).
+    /// `engine_op_us` per op while something is off the device).
     pub engine_seconds: f64,
     /// The most bytes on the device (resident, in flight to it, or still leaving it).
     pub device_peak: u64,

@@ -1,12 +1,13 @@
 //! After an op: the device brought under its watermark and the host under its limit, on the
 //! op's thread or as jobs for the transfer workers, and those jobs run.
 
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
 use crate::engine::ledger::Direction;
 use crate::engine::slot::Tier;
 use crate::engine::transfer::{Job, Lane};
 use crate::policy::handoff::{self, MoveHistory};
-use std::sync::Arc;
-use std::sync::atomic::Ordering;
 
 use super::evict::Eviction;
 use super::prefetch::Room;
