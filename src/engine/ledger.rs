@@ -534,5 +534,38 @@ mod tests {
             Some(Duration::ZERO)
         );
         assert_eq!(ledger.fastest_move(Direction::DiskToDevice), None);
+        // The snapshot carries it, and a difference of snapshots keeps the later figure.
+        let stats = ledger.stats();
+        assert_eq!(stats.host_to_device.fastest, Some(Duration::from_micros(2)));
+        assert_eq!(stats.disk_to_device.fastest, None);
+        let since = stats.since(&SpillStats::default());
+        assert_eq!(since.host_to_device.fastest, Some(Duration::from_micros(2)));
+    }
+
+    #[test]
+    fn engine_work_leaves_out_its_own_stalls_and_counts_ops_after_them() {
+        let ledger = Ledger::default();
+        // Work that is all stall (a move on the op's thread) adds no engine time; only the
+        // work after an op counts as an engine op.
+        let got = ledger.engine_work(true, || {
+            ledger.on_stall(Duration::from_secs(3600));
+            7
+        });
+        assert_eq!(got, 7);
+        ledger.engine_work(false, || ledger.on_stall(Duration::from_secs(3600)));
+        let stats = ledger.stats();
+        assert_eq!(stats.engine_time, Duration::ZERO);
+        assert_eq!(stats.engine_ops, 1);
+        assert_eq!(stats.stall_time, Duration::from_secs(7200));
+        // Stalls on another thread meanwhile are not this work's.
+        ledger.engine_work(true, || {
+            std::thread::scope(|s| {
+                s.spawn(|| ledger.on_stall(Duration::from_secs(3600)));
+            });
+            std::thread::sleep(Duration::from_millis(2));
+        });
+        let stats = ledger.stats().since(&stats);
+        assert!(stats.engine_time >= Duration::from_millis(2), "{stats:?}");
+        assert_eq!(stats.engine_ops, 1);
     }
 }

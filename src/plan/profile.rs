@@ -516,6 +516,23 @@ mod tests {
             .to_string();
         assert!(err.contains("missing field `hbm_gb_per_s`"), "{err}");
         p["hbm_gb_per_s"] = serde_json::json!(100.0);
+        // The engine's host costs are optional, and 0 or more.
+        p["move_host_us"] = serde_json::json!(2.0);
+        assert_eq!(
+            DeviceProfile::from_json(&p.to_string(), "mine.json")
+                .unwrap()
+                .move_host_us,
+            2.0
+        );
+        p["engine_op_us"] = serde_json::json!(-0.5);
+        let err = DeviceProfile::from_json(&p.to_string(), "mine.json")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("engine_op_us") && err.contains("0 or more"),
+            "{err}"
+        );
+        p.as_object_mut().unwrap().remove("engine_op_us");
         p["compute_efficiency"] = serde_json::json!(1.5);
         let err = DeviceProfile::from_json(&p.to_string(), "mine.json")
             .unwrap_err()

@@ -909,3 +909,55 @@ impl<'a> Sim<'a> {
         self.out
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::plan::tests::{slow_device, tape};
+
+    /// A prefetched tensor evicted again unread is benched, as the engine benches it: the
+    /// engine's work after an op passes it over while it is due, until the bench is over.
+    #[test]
+    fn a_wasted_prefetch_benches_the_tensor() {
+        // Tensor 1 comes from before the step and is read by the last op.
+        let t = tape(
+            &[
+                ("float_exp", &[2], &[3]),
+                ("float_exp", &[3], &[4]),
+                ("float_exp", &[4], &[5]),
+                ("float_add", &[5, 1], &[6]),
+            ],
+            &[
+                (1, 1024),
+                (2, 1024),
+                (3, 1024),
+                (4, 1024),
+                (5, 1024),
+                (6, 1024),
+            ],
+            &[(2, 1), (3, 2), (4, 3), (5, 4)],
+        );
+        let profile = slow_device();
+        let plan = carry::repeating_plan(&t, &carry::pairs(&t));
+        let (op_seconds, gaps) = (vec![1e-6; 4], (vec![0.0; 4], 0.0));
+        let settings = Settings {
+            budget: 1 << 20,
+            host_limit: None,
+            policy: PolicyKind::NextUse,
+            prefetch_window: 8,
+            asynchronous: false,
+        };
+        let learnt = Learnt::default();
+        let mut sim = Sim::new(&t, &profile, &plan, &op_seconds, &gaps, settings, learnt);
+        sim.place_sources(&Start::default());
+        sim.prefetched.insert(1);
+        sim.evict(1, 0.0, 0);
+        sim.retire(f64::INFINITY, 0);
+        assert_eq!(sim.place.get(&1), Some(&Place::Host));
+        sim.after_op(0);
+        assert_eq!(sim.out.prefetches, 0, "a benched tensor is not prefetched");
+        sim.learnt.step += decide::BENCHED_STEPS;
+        sim.after_op(0);
+        assert_eq!(sim.out.prefetches, 1, "past its bench it is");
+    }
+}

@@ -8,7 +8,11 @@ const MIB: u64 = 1 << 20;
 
 /// A step of `ops` (name, inputs, outputs) over f32 vectors of `sizes` bytes; tensors no op
 /// produced come from before the step.
-fn tape(ops: &[(&str, &[u64], &[u64])], sizes: &[(u64, u64)], drops: &[(u64, u32)]) -> StepTape {
+pub(super) fn tape(
+    ops: &[(&str, &[u64], &[u64])],
+    sizes: &[(u64, u64)],
+    drops: &[(u64, u32)],
+) -> StepTape {
     let tensors = sizes
         .iter()
         .map(|&(id, bytes)| TensorRecord {
@@ -50,7 +54,7 @@ fn tape(ops: &[(&str, &[u64], &[u64])], sizes: &[(u64, u64)], drops: &[(u64, u32
 
 /// A device whose figures make times easy: 1 GB/s memory, a 1 GB/s link each way, no fixed
 /// costs.
-fn slow_device() -> DeviceProfile {
+pub(super) fn slow_device() -> DeviceProfile {
     let mut p = DeviceProfile::builtin("a100-pcie4").unwrap();
     p.name = "slow".into();
     p.hbm_gb_per_s = 1.0;
