@@ -200,7 +200,8 @@ impl<B: Backend> SpillBackend<B> {
         }
     }
 
-    /// Turns tape recording on or off for `device` (markers turn it on).
+    /// Turns tape recording on or off for `device` (markers turn it on). Turning it on opens a
+    /// fresh step; until a marker comes, steps are found in the op stream.
     pub fn record_tape(device: &B::Device, on: bool) {
         Self::engine(device).recorder().set_enabled(on)
     }

@@ -199,6 +199,8 @@ struct State {
     /// that recorded. Ops of other threads (metric or data-loading workers) are recorded but
     /// their nondeterministic interleaving must not break verification or period detection.
     main_thread: Option<u64>,
+    /// Whether the stepping thread has run an op since it became the stepping thread.
+    stepping_thread_ran_ops: bool,
     /// Steps recorded in full so far.
     step_tapes: u64,
     /// Whether an op of this step went in without its inputs (see
@@ -270,7 +272,13 @@ impl State {
     fn close(&mut self, next_marked: bool) -> Option<Arc<StepTape>> {
         let state = self;
         let mut closed = None;
+        // Only other threads' ops (metric or data-loading workers, in a gap between marked
+        // steps or in a step opened for a batch that never came) make no step: counting one
+        // would depend on when those threads happen to run. A program whose stepping thread
+        // runs no op at all (it only marks) keeps every step with ops.
+        let others_only = state.signatures.is_empty() && state.stepping_thread_ran_ops;
         match state.mode {
+            Mode::Record if others_only => {}
             Mode::Record if !state.buffers.ops.is_empty() && !state.incomplete => {
                 let duration = (state.step_start.elapsed().as_nanos() as u64)
                     .saturating_sub(state.recorder_ns);
@@ -428,6 +436,7 @@ impl Default for Recorder {
                 candidate: None,
                 auto_period: None,
                 main_thread: None,
+                stepping_thread_ran_ops: false,
                 step_tapes: 0,
                 incomplete: false,
             }),
@@ -506,13 +515,23 @@ impl Recorder {
         self.enabled.load(Ordering::Relaxed)
     }
 
-    /// Starts or stops recording. Starting opens a fresh (unmarked) step.
+    /// Starts or stops recording. Starting opens a fresh (unmarked) step, and forgets whether
+    /// steps were marked before and by which thread: until a marker comes, steps are found in
+    /// the op stream of the first thread to run an op (a marked loop's next `step_begin` marks
+    /// again at once).
     pub fn set_enabled(&self, enabled: bool) {
         if enabled && !self.is_enabled() {
             let mut state = self.lock();
+            // What a stop left half-done is no part of the fresh step.
             state.buffers.clear();
+            state.signatures.clear();
+            state.diverged_at = None;
+            state.incomplete = false;
             state.start_clock();
             state.marked = false;
+            state.markers_used = false;
+            state.main_thread = None;
+            state.stepping_thread_ran_ops = false;
         }
         self.enabled.store(enabled, Ordering::Relaxed);
     }
@@ -615,6 +634,7 @@ impl Recorder {
             sig.output(&output);
         }
         let sig = sig.finish();
+        state.stepping_thread_ran_ops = true;
         let at = state.signatures.len();
         if state.diverged_at.is_none() && state.expected.get(at) != Some(&sig) {
             state.diverged_at = Some(at as u32);
@@ -656,6 +676,7 @@ impl Recorder {
         }
         let sig = sig.finish();
         if main {
+            state.stepping_thread_ran_ops = true;
             state.signatures.push(sig);
         }
         state.buffers.ops.push(op);
@@ -692,7 +713,11 @@ impl Recorder {
     pub fn boundary(&self, next_marked: bool) -> Option<Arc<StepTape>> {
         let mut state = self.lock();
         if next_marked {
-            state.main_thread = Some(thread_number());
+            let thread = thread_number();
+            if state.main_thread != Some(thread) {
+                state.stepping_thread_ran_ops = false;
+            }
+            state.main_thread = Some(thread);
             state.markers_used = true;
             state.detector = None;
             state.auto_period = None;
@@ -877,6 +902,77 @@ mod tests {
             "a tensor from before the step"
         );
         assert!(rec.boundary(false).is_none(), "an empty step is not a step");
+    }
+
+    #[test]
+    fn a_step_where_only_other_threads_ran_ops_is_no_step() {
+        let rec = Recorder::default();
+        rec.set_enabled(true);
+        rec.set_resample_every(1);
+        let t0 = Instant::now();
+        let op = |rec: &Recorder| {
+            rec.record_op(
+                "float_exp",
+                [view(1, &[2])].into_iter(),
+                [view(2, &[2])].into_iter(),
+                t0,
+                1,
+                [0; 3],
+            )
+        };
+        rec.boundary(true);
+        op(&rec);
+        rec.boundary(false);
+        // A metric thread's op lands in the gap before the next marker.
+        std::thread::scope(|s| {
+            s.spawn(|| op(&rec));
+        });
+        rec.boundary(true);
+        op(&rec);
+        rec.boundary(false);
+        // A step opened for a batch that never came, where only the metric thread ran.
+        rec.boundary(true);
+        std::thread::scope(|s| {
+            s.spawn(|| op(&rec));
+        });
+        rec.boundary(false);
+        let counters = rec.counters();
+        assert_eq!(counters.steps, 2, "two marked steps and no gap: {counters:?}");
+        assert_eq!(counters.divergences, 0, "{counters:?}");
+        // The stepping thread's own ops in a gap still make a step.
+        op(&rec);
+        rec.boundary(true);
+        assert_eq!(rec.counters().steps, 3);
+
+        // Recording stopped in the middle of a verified step and started again: the fresh step
+        // holds none of the stopped one's ops.
+        let rec = Recorder::default();
+        rec.set_enabled(true);
+        rec.set_resample_every(100);
+        for _ in 0..3 {
+            rec.boundary(true);
+            op(&rec);
+        }
+        assert!(rec.is_verifying());
+        rec.set_enabled(false);
+        rec.set_enabled(true);
+        let before = rec.counters();
+        rec.boundary(true);
+        assert_eq!(rec.counters().steps, before.steps, "the stopped step is not closed");
+        assert_eq!(rec.counters().divergences, before.divergences);
+
+        // A program that only marks on this thread and runs every op on another keeps its steps.
+        let rec = Recorder::default();
+        rec.set_enabled(true);
+        rec.set_resample_every(1);
+        for _ in 0..2 {
+            rec.boundary(true);
+            std::thread::scope(|s| {
+                s.spawn(|| op(&rec));
+            });
+            rec.boundary(false);
+        }
+        assert_eq!(rec.counters().steps, 2);
     }
 }
 
