@@ -9,7 +9,8 @@
 //! This file holds the engine's state and configuration; each job is a file of its own:
 //! [`admit`] (one op, before and after `B` runs it), [`settle`] (after an op, and the workers'
 //! jobs), [`prefetch`], [`evict`] (victims and eviction passes), [`moves`] (one slot between
-//! tiers) and [`step`] (the step and its plan).
+//! tiers), [`step`] (the step and its plan) and [`limits_cell`] (the limits,
+//! read per op without a lock).
 //!
 //! Lock order: a tensor's own lock may be held while taking the cold-tier lock, never the
 //! reverse;
@@ -18,6 +19,7 @@
 
 mod admit;
 mod evict;
+mod limits_cell;
 mod moves;
 mod prefetch;
 mod settle;
@@ -25,6 +27,7 @@ mod step;
 
 use crate::policy::prefetch::Bench;
 pub use admit::{OpInput, OpOutput, OpTicket};
+use limits_cell::LimitsCell;
 use settle::SettleGoal;
 use step::StepCounters;
 
@@ -90,7 +93,7 @@ impl Limits {
 #[derive(Default)]
 pub struct DeviceEngine {
     ledger: Ledger,
-    limits: RwLock<Limits>,
+    limits: LimitsCell,
     tracking: AtomicBool,
     tick: AtomicU64,
     index: Mutex<Index>,
@@ -216,11 +219,8 @@ impl DeviceEngine {
     }
 
     /// The limits in force.
-    pub fn limits(&self) -> Limits {
-        self.limits
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone()
+    pub fn limits(&self) -> Arc<Limits> {
+        self.limits.get()
     }
 
     /// Installs new limits. The disk store is created when the host tier is capped or a spill
@@ -264,7 +264,7 @@ impl DeviceEngine {
         }
         self.tracking
             .store(limits.budget.is_some(), Ordering::Relaxed);
-        *self.limits.write().unwrap_or_else(|e| e.into_inner()) = limits;
+        self.limits.set(limits);
         self.reset_peaks();
         self.settle();
         Ok(())

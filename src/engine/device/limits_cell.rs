@@ -1,0 +1,76 @@
+//! The limits in force, read on every op without taking a lock: each thread keeps the last
+//! limits it read with their version, and reads the lock again only when the version changed.
+
+use std::cell::RefCell;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, RwLock};
+
+use super::Limits;
+
+/// Versions are unique across all engines of the process, so one per-thread copy serves any
+/// engine: a copy read from another engine has another version (engines that were never
+/// configured share version 0, and the default limits).
+static NEXT_VERSION: AtomicU64 = AtomicU64::new(1);
+
+thread_local! {
+    /// The limits this thread read last, and their version.
+    static LAST_READ: RefCell<(u64, Arc<Limits>)> = RefCell::new((0, Arc::new(Limits::default())));
+}
+
+/// One engine's limits: written rarely (`configure`), read before and after every op.
+#[derive(Debug, Default)]
+pub(super) struct LimitsCell {
+    limits: RwLock<Arc<Limits>>,
+    /// The version of `limits`, stored after them (a reader that sees a version finds limits
+    /// at least as new under the lock).
+    version: AtomicU64,
+}
+
+impl LimitsCell {
+    /// The limits in force.
+    pub(super) fn get(&self) -> Arc<Limits> {
+        let version = self.version.load(Ordering::Acquire);
+        LAST_READ.with(|last| {
+            let mut last = last.borrow_mut();
+            if last.0 != version {
+                let current = self.limits.read().unwrap_or_else(|e| e.into_inner()).clone();
+                *last = (version, current);
+            }
+            last.1.clone()
+        })
+    }
+
+    /// Installs new limits.
+    pub(super) fn set(&self, limits: Limits) {
+        *self.limits.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(limits);
+        self.version
+            .store(NEXT_VERSION.fetch_add(1, Ordering::Relaxed), Ordering::Release);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_thread_sees_new_limits_and_each_engine_its_own() {
+        let (a, b) = (LimitsCell::default(), LimitsCell::default());
+        assert_eq!(a.get().budget, None);
+        a.set(Limits {
+            budget: Some(7),
+            ..Limits::default()
+        });
+        assert_eq!(a.get().budget, Some(7));
+        assert_eq!(b.get().budget, None, "another engine's limits are not this one's");
+        b.set(Limits {
+            budget: Some(9),
+            ..Limits::default()
+        });
+        assert_eq!((a.get().budget, b.get().budget), (Some(7), Some(9)));
+        a.set(Limits::default());
+        assert_eq!(a.get().budget, None, "a change is seen at the next read");
+        std::thread::scope(|s| {
+            s.spawn(|| assert_eq!(b.get().budget, Some(9), "and on another thread"));
+        });
+    }
+}
