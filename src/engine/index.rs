@@ -262,6 +262,11 @@ impl Index {
         let Some(entry) = self.entries.get_mut(&id) else {
             return;
         };
+        // The prefetch scan places the tensors near the window again after every op, mostly
+        // where they already are: then the ordered set is left alone.
+        if due.is_some() && entry.due == due && entry.tier != Tier::Device {
+            return;
+        }
         if let Some(old) = entry.due.take() {
             self.due.remove(&(old, id));
         }
