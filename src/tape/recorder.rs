@@ -937,7 +937,10 @@ mod tests {
         });
         rec.boundary(false);
         let counters = rec.counters();
-        assert_eq!(counters.steps, 2, "two marked steps and no gap: {counters:?}");
+        assert_eq!(
+            counters.steps, 2,
+            "two marked steps and no gap: {counters:?}"
+        );
         assert_eq!(counters.divergences, 0, "{counters:?}");
         // The stepping thread's own ops in a gap still make a step.
         op(&rec);
@@ -958,7 +961,11 @@ mod tests {
         rec.set_enabled(true);
         let before = rec.counters();
         rec.boundary(true);
-        assert_eq!(rec.counters().steps, before.steps, "the stopped step is not closed");
+        assert_eq!(
+            rec.counters().steps,
+            before.steps,
+            "the stopped step is not closed"
+        );
         assert_eq!(rec.counters().divergences, before.divergences);
 
         // A program that only marks on this thread and runs every op on another keeps its steps.

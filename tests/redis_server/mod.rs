@@ -64,7 +64,9 @@ impl RedisServer {
             if server.wait_until_ready() {
                 return Some(server);
             }
-            eprintln!("redis-server on port {port} exited at start (attempt {attempt} of {ATTEMPTS})");
+            eprintln!(
+                "redis-server on port {port} exited at start (attempt {attempt} of {ATTEMPTS})"
+            );
         }
         panic!("redis-server exited at start {ATTEMPTS} times, each on a fresh port");
     }

@@ -33,7 +33,11 @@ impl LimitsCell {
         LAST_READ.with(|last| {
             let mut last = last.borrow_mut();
             if last.0 != version {
-                let current = self.limits.read().unwrap_or_else(|e| e.into_inner()).clone();
+                let current = self
+                    .limits
+                    .read()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .clone();
                 *last = (version, current);
             }
             last.1.clone()
@@ -43,8 +47,10 @@ impl LimitsCell {
     /// Installs new limits.
     pub(super) fn set(&self, limits: Limits) {
         *self.limits.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(limits);
-        self.version
-            .store(NEXT_VERSION.fetch_add(1, Ordering::Relaxed), Ordering::Release);
+        self.version.store(
+            NEXT_VERSION.fetch_add(1, Ordering::Relaxed),
+            Ordering::Release,
+        );
     }
 }
 
@@ -61,7 +67,11 @@ mod tests {
             ..Limits::default()
         });
         assert_eq!(a.get().budget, Some(7));
-        assert_eq!(b.get().budget, None, "another engine's limits are not this one's");
+        assert_eq!(
+            b.get().budget,
+            None,
+            "another engine's limits are not this one's"
+        );
         b.set(Limits {
             budget: Some(9),
             ..Limits::default()
