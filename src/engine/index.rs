@@ -445,6 +445,40 @@ mod tests {
     }
 
     #[test]
+    fn a_due_set_again_is_placed_once_and_moves_when_it_changes() {
+        let alive: Arc<dyn Spillable> = Arc::new(Fake);
+        let mut index = Index::default();
+        let key = KeyAt {
+            step: 0,
+            key: PlanKey::Produced { op: 0, slot: 0 },
+        };
+        index.admit_output(1, 10, 0, || Arc::downgrade(&alive), Some(key));
+        index.set_tier(1, Tier::Host);
+        let due = |index: &Index, until| {
+            index
+                .due_until(until)
+                .iter()
+                .map(|s| s.id)
+                .collect::<Vec<_>>()
+        };
+        index.set_due(1, Some(5));
+        index.set_due(1, Some(5));
+        assert_eq!(due(&index, 5), vec![1], "placed once");
+        index.set_due(1, Some(8));
+        assert!(due(&index, 7).is_empty(), "moved from 5");
+        assert_eq!(due(&index, 8), vec![1]);
+        index.set_due(1, None);
+        assert!(due(&index, u64::MAX - 1).is_empty(), "cleared");
+        index.set_due(1, Some(8));
+        index.set_tier(1, Tier::Device);
+        index.set_due(1, Some(8));
+        assert!(
+            due(&index, u64::MAX - 1).is_empty(),
+            "a tensor on the device is not due"
+        );
+    }
+
+    #[test]
     fn coldest_first_skipping_pinned_dead_and_tried() {
         let alive: Vec<Arc<dyn Spillable>> = (0..4)
             .map(|_| Arc::new(Fake) as Arc<dyn Spillable>)

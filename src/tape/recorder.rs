@@ -904,37 +904,47 @@ mod tests {
         assert!(rec.boundary(false).is_none(), "an empty step is not a step");
     }
 
-    #[test]
-    fn a_step_where_only_other_threads_ran_ops_is_no_step() {
+    /// A recorder that is on, recording a step in full every `resample` steps.
+    fn recording(resample: u64) -> Recorder {
         let rec = Recorder::default();
         rec.set_enabled(true);
-        rec.set_resample_every(1);
-        let t0 = Instant::now();
-        let op = |rec: &Recorder| {
-            rec.record_op(
-                "float_exp",
-                [view(1, &[2])].into_iter(),
-                [view(2, &[2])].into_iter(),
-                t0,
-                1,
-                [0; 3],
-            )
-        };
+        rec.set_resample_every(resample);
+        rec
+    }
+
+    /// One `float_exp` op, recorded in full, on the calling thread.
+    fn exp_op(rec: &Recorder) {
+        rec.record_op(
+            "float_exp",
+            [view(1, &[2])].into_iter(),
+            [view(2, &[2])].into_iter(),
+            Instant::now(),
+            1,
+            [0; 3],
+        )
+    }
+
+    /// Runs `exp_op` on another thread (a metric or data-loading worker).
+    fn exp_op_elsewhere(rec: &Recorder) {
+        std::thread::scope(|s| {
+            s.spawn(|| exp_op(rec));
+        });
+    }
+
+    #[test]
+    fn a_step_where_only_other_threads_ran_ops_is_no_step() {
+        let rec = recording(1);
         rec.boundary(true);
-        op(&rec);
+        exp_op(&rec);
         rec.boundary(false);
         // A metric thread's op lands in the gap before the next marker.
-        std::thread::scope(|s| {
-            s.spawn(|| op(&rec));
-        });
+        exp_op_elsewhere(&rec);
         rec.boundary(true);
-        op(&rec);
+        exp_op(&rec);
         rec.boundary(false);
         // A step opened for a batch that never came, where only the metric thread ran.
         rec.boundary(true);
-        std::thread::scope(|s| {
-            s.spawn(|| op(&rec));
-        });
+        exp_op_elsewhere(&rec);
         rec.boundary(false);
         let counters = rec.counters();
         assert_eq!(
@@ -943,20 +953,33 @@ mod tests {
         );
         assert_eq!(counters.divergences, 0, "{counters:?}");
         // The stepping thread's own ops in a gap still make a step.
-        op(&rec);
+        exp_op(&rec);
         rec.boundary(true);
         assert_eq!(rec.counters().steps, 3);
+    }
 
-        // Recording stopped in the middle of a verified step and started again: the fresh step
-        // holds none of the stopped one's ops.
-        let rec = Recorder::default();
-        rec.set_enabled(true);
-        rec.set_resample_every(100);
+    #[test]
+    fn a_program_that_only_marks_on_its_thread_keeps_its_steps() {
+        let rec = recording(1);
+        for _ in 0..2 {
+            rec.boundary(true);
+            exp_op_elsewhere(&rec);
+            rec.boundary(false);
+        }
+        assert_eq!(rec.counters().steps, 2);
+    }
+
+    #[test]
+    fn recording_started_again_holds_nothing_of_the_stopped_step() {
+        let rec = recording(100);
         for _ in 0..3 {
             rec.boundary(true);
-            op(&rec);
+            exp_op(&rec);
         }
-        assert!(rec.is_verifying());
+        assert!(
+            rec.is_verifying(),
+            "stopped in the middle of a verified step"
+        );
         rec.set_enabled(false);
         rec.set_enabled(true);
         let before = rec.counters();
@@ -967,19 +990,35 @@ mod tests {
             "the stopped step is not closed"
         );
         assert_eq!(rec.counters().divergences, before.divergences);
+    }
 
-        // A program that only marks on this thread and runs every op on another keeps its steps.
-        let rec = Recorder::default();
+    #[test]
+    fn recording_started_again_finds_unmarked_steps_on_a_new_thread() {
+        let rec = recording(1);
+        rec.boundary(true);
+        exp_op(&rec);
+        rec.boundary(false);
+        rec.set_enabled(false);
         rec.set_enabled(true);
-        rec.set_resample_every(1);
-        for _ in 0..2 {
-            rec.boundary(true);
-            std::thread::scope(|s| {
-                s.spawn(|| op(&rec));
+        // Another program, unmarked, on another thread: a 5-op step, repeated.
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                let t0 = Instant::now();
+                for _ in 0..12 {
+                    for name in [
+                        "float_exp",
+                        "float_log",
+                        "float_mul",
+                        "float_sum",
+                        "float_neg",
+                    ] {
+                        let v = view(1, &[3]);
+                        rec.record_op(name, [v].into_iter(), [v].into_iter(), t0, 1, [0; 3]);
+                    }
+                }
             });
-            rec.boundary(false);
-        }
-        assert_eq!(rec.counters().steps, 2);
+        });
+        assert_eq!(rec.counters().auto_period, Some(5), "{:?}", rec.counters());
     }
 }
 

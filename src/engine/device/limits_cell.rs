@@ -30,18 +30,23 @@ impl LimitsCell {
     /// The limits in force.
     pub(super) fn get(&self) -> Arc<Limits> {
         let version = self.version.load(Ordering::Acquire);
-        LAST_READ.with(|last| {
-            let mut last = last.borrow_mut();
-            if last.0 != version {
-                let current = self
-                    .limits
-                    .read()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .clone();
-                *last = (version, current);
-            }
-            last.1.clone()
-        })
+        // A handle dropped while the thread's locals are torn down reads the lock itself.
+        LAST_READ
+            .try_with(|last| {
+                let mut last = last.borrow_mut();
+                if last.0 != version {
+                    *last = (version, self.read());
+                }
+                last.1.clone()
+            })
+            .unwrap_or_else(|_| self.read())
+    }
+
+    fn read(&self) -> Arc<Limits> {
+        self.limits
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
     }
 
     /// Installs new limits.
