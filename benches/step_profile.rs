@@ -9,7 +9,11 @@
 //! perf report -i perf.data --no-children --sort symbol
 //! ```
 //!
-//! Arguments: the model (`cnn` or `transformer`), the budget in percent of the plain peak
+//! With `add` in place of the model it runs that many 16x16 adds (thousands) on the bare
+//! `SpillBackend<Flex>` instead: a profile of one op's path with nothing else around it
+//! (`step_profile add 1000 2000`: two million adds at a budget that never binds).
+//!
+//! Arguments: the model (`cnn`, `transformer` or `add`), the budget in percent of the plain peak
 //! (`none` for an unconfigured device; above 100 never binds), the number of steps, then any
 //! of `unmarked` to train without step markers (the tape finds the steps itself) and `record`
 //! to record every step in full (by default the tape records one step in a hundred once
@@ -121,6 +125,28 @@ fn run<M: Model>(budget_percent: Option<u64>, steps: usize, unmarked: bool, reco
     );
 }
 
+/// Runs `thousands` thousand 16x16 adds, each on two fresh inputs; the budget as for a model,
+/// in percent of what the inputs and output of one add hold.
+fn run_adds(budget_percent: Option<u64>, thousands: usize) {
+    use burn::tensor::TensorData;
+    use burn::tensor::backend::Backend;
+    let device = Default::default();
+    let one_add = 3 * 16 * 16 * 4;
+    let config = match budget_percent {
+        Some(percent) => SpillConfig::default().device_budget_bytes(one_add * percent / 100),
+        None => SpillConfig::default(),
+    };
+    Spill::configure(&device, config).expect("a valid config");
+    let values: Vec<f32> = (0..256).map(|i| (i % 17) as f32 * 0.25).collect();
+    let input = || Spill::float_from_data(TensorData::new(values.clone(), [16, 16]), &device);
+    let start = Instant::now();
+    for _ in 0..thousands * 1000 {
+        std::hint::black_box(Spill::float_add(input(), input()));
+    }
+    let ns = start.elapsed().as_nanos() as f64 / (thousands * 1000) as f64;
+    println!("{thousands}k adds (two uploads each), {ns:.0} ns per add and its inputs");
+}
+
 fn main() {
     let args: Vec<String> = std::env::args()
         .skip(1)
@@ -141,8 +167,9 @@ fn main() {
         panic!("unknown flag `{other}`: `unmarked` or `record`");
     }
     match model {
+        "add" => run_adds(budget, steps),
         "cnn" => run::<SmallCnn<Spilled>>(budget, steps, unmarked, record),
         "transformer" => run::<TinyGpt<Spilled>>(budget, steps, unmarked, record),
-        other => panic!("unknown model `{other}`: `cnn` or `transformer`"),
+        other => panic!("unknown model `{other}`: `cnn`, `transformer` or `add`"),
     }
 }
