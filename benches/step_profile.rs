@@ -129,7 +129,7 @@ fn run<M: Model>(budget_percent: Option<u64>, steps: usize, unmarked: bool, reco
 /// in percent of what the inputs and output of one add hold.
 fn run_adds(budget_percent: Option<u64>, thousands: usize) {
     use burn::tensor::TensorData;
-    use burn::tensor::backend::Backend;
+    use burn::tensor::ops::FloatTensorOps;
     let device = Default::default();
     let one_add = 3 * 16 * 16 * 4;
     let config = match budget_percent {
