@@ -119,14 +119,17 @@ impl<B: Backend> SpillBackend<B> {
             prefetch_window: u32::try_from(config.get_prefetch_window()).unwrap_or(u32::MAX),
             asynchronous: config.is_asynchronous(),
             verify_restores: config.is_verifying_restores(),
-            remote: config.get_remote_tier().map(str::to_string),
             remote_first: config.get_tier_order() == crate::TierOrder::RemoteThenDisk,
             pool_margin: config
                 .get_pool_cleanup_margin_bytes()
                 .unwrap_or_else(|| crate::policy::pool::default_margin(budget.unwrap_or(0))),
         };
         let engine = Self::engine(device);
-        engine.apply(limits, config.get_spill_dir().map(PathBuf::as_path))?;
+        engine.apply(
+            limits,
+            config.get_spill_dir().map(PathBuf::as_path),
+            config.get_remote_tier(),
+        )?;
         engine
             .recorder()
             .set_resample_every(config.get_tape_resample_steps());

@@ -96,7 +96,8 @@ fn give_back(mut entries: Vec<TapeEntry>) {
 /// recorder only verifies (most steps of a run that repeats), only the outputs are needed: the
 /// start is not read and the inputs are not collected.
 struct Recording {
-    engine: Arc<DeviceEngine>,
+    /// `None` when it is the scope's own engine (one reference counted per op, not two).
+    engine: Option<Arc<DeviceEngine>>,
     started: Option<Instant>,
     inputs: Vec<TapeEntry>,
     outputs: Vec<TapeEntry>,
@@ -155,8 +156,9 @@ impl<B: Backend> OpScope<B> {
     fn recording_for(&mut self, engine: &Arc<DeviceEngine>) -> Option<&mut Recording> {
         if self.recording.is_none() && engine.recorder().is_enabled() {
             let verifying = engine.recorder().is_verifying();
+            let own = self.engine.as_ref().is_some_and(|e| Arc::ptr_eq(e, engine));
             self.recording = Some(Recording {
-                engine: engine.clone(),
+                engine: (!own).then(|| engine.clone()),
                 started: (!verifying).then(Instant::now),
                 inputs: lend(),
                 outputs: lend(),
@@ -167,16 +169,17 @@ impl<B: Backend> OpScope<B> {
 
     /// Notes an input the op will read.
     pub(crate) fn input(&mut self, tensor: &SpillTensor<B>) {
+        let tracking = tensor.engine().is_tracking();
+        if tracking && self.engine.is_none() {
+            self.engine = Some(tensor.engine().clone());
+        }
         if let Some(recording) = self.recording_for(tensor.engine())
             && recording.started.is_some()
         {
             recording.inputs.push(TapeEntry::of(tensor));
         }
-        if !tensor.engine().is_tracking() {
+        if !tracking {
             return;
-        }
-        if self.engine.is_none() {
-            self.engine = Some(tensor.engine().clone());
         }
         let evictable = tensor.evictable();
         if evictable {
@@ -195,10 +198,10 @@ impl<B: Backend> OpScope<B> {
     pub(crate) fn device(&mut self, device: &B::Device) {
         if self.engine.is_none() || self.recording.is_none() {
             let engine = engine_for(device_key::<B>(device));
-            self.recording_for(&engine);
             if self.engine.is_none() && engine.is_tracking() {
-                self.engine = Some(engine);
+                self.engine = Some(engine.clone());
             }
+            self.recording_for(&engine);
         }
     }
 
@@ -291,6 +294,9 @@ impl<B: Backend> OpScope<B> {
 
     /// Notes an output the op produced.
     pub(crate) fn output(&mut self, tensor: SpillTensor<B>) -> SpillTensor<B> {
+        if self.engine.is_none() && tensor.engine().is_tracking() {
+            self.engine = Some(tensor.engine().clone());
+        }
         if let Some(recording) = self.recording_for(tensor.engine()) {
             recording.outputs.push(TapeEntry::of(&tensor));
         }
@@ -311,7 +317,7 @@ impl<B: Backend> OpScope<B> {
                 return tensor;
             }
             Some(_) => {}
-            None => self.engine = Some(engine.clone()),
+            None => unreachable!("set above: the output's engine tracks"),
         }
         self.outputs.push(OpOutput {
             id: tensor.id(),
@@ -327,9 +333,13 @@ impl<B: Backend> Drop for OpScope<B> {
     fn drop(&mut self) {
         if let Some(recording) = self.recording.take() {
             if !std::thread::panicking() {
-                let recorder = recording.engine.recorder();
+                let engine = match (&recording.engine, &self.engine) {
+                    (Some(engine), _) | (None, Some(engine)) => engine,
+                    (None, None) => unreachable!("a recording's engine is its own or the scope's"),
+                };
+                let recorder = engine.recorder();
                 let resident = [Tier::Device, Tier::Host, Tier::Disk]
-                    .map(|tier| recording.engine.ledger().resident(tier));
+                    .map(|tier| engine.ledger().resident(tier));
                 let outputs = recording.outputs.iter().map(TapeEntry::view);
                 match recording.started {
                     Some(started) => recorder.record_op(

@@ -131,9 +131,29 @@ pub(crate) struct Index {
     /// (next use, id) of spilled tensors whose next use is known: what the prefetcher reads,
     /// so that it looks at the few tensors due soon rather than at every spilled one.
     due: BTreeSet<(u64, TensorId)>,
+    /// Output bytes learnt per op signature (see `DeviceEngine::begin_op`). Not the index's
+    /// own job, but every op that reads the index reads these too: one lock, not two.
+    output_sizes: FastMap<u64, u64>,
 }
 
+/// Output sizes are keyed by op and input sizes; a step's worth of distinct keys is a few
+/// thousand, so this bound only guards against unbounded shape churn.
+const MAX_OUTPUT_SIZES: usize = 1 << 16;
+
 impl Index {
+    /// The output bytes learnt for an op signature, if any.
+    pub fn learnt_output(&self, signature: u64) -> Option<u64> {
+        self.output_sizes.get(&signature).copied()
+    }
+
+    /// Learns an op signature's output bytes.
+    pub fn learn_output(&mut self, signature: u64, bytes: u64) {
+        if self.output_sizes.len() >= MAX_OUTPUT_SIZES {
+            self.output_sizes.clear();
+        }
+        self.output_sizes.insert(signature, bytes);
+    }
+
     /// Puts `id` (an entry of `tier`) at the back of its tier's queue.
     fn enqueue(&mut self, id: TensorId, tier: Tier) {
         let Some(entry) = self.entries.get_mut(&id) else {

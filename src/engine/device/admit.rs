@@ -11,7 +11,7 @@ use crate::engine::slot::{TensorId, Tier};
 use crate::fast_hash::FastHasher;
 use crate::policy::plan::{KeyAt, PlanKey};
 
-use super::{DeviceEngine, lock};
+use super::{DeviceEngine, Limits, lock};
 use crate::policy::prefetch::lead_after_late;
 
 /// One tensor an op reads.
@@ -53,6 +53,8 @@ pub struct OpTicket {
     /// the op ends (its inputs and outputs are in the ledger by then).
     reserved: u64,
     inputs: smallvec::SmallVec<[TensorId; 4]>,
+    /// The engine's clock when the op was admitted: its inputs' and outputs' last use.
+    tick: u64,
     /// Bytes of the evictable inputs (the others are in the ledger's unevictable count).
     evictable_input_bytes: u64,
     /// The step and the op's position in it, for the outputs' plan keys.
@@ -60,10 +62,6 @@ pub struct OpTicket {
     position: u32,
     planning: bool,
 }
-
-/// Estimates are keyed by op and input sizes; a step's worth of distinct keys is a few
-/// thousand, so this bound only guards against unbounded shape churn.
-pub(super) const MAX_ESTIMATES: usize = 1 << 16;
 
 impl DeviceEngine {
     /// Pins `inputs` and evicts other tensors until the inputs that must be restored plus the
@@ -78,7 +76,17 @@ impl DeviceEngine {
         hint: u64,
         known_output: Option<u64>,
     ) -> Option<OpTicket> {
-        let limits = self.limits();
+        self.admit(&self.limits(), name, inputs, hint, known_output)
+    }
+
+    fn admit(
+        &self,
+        limits: &Limits,
+        name: &'static str,
+        inputs: &[OpInput],
+        hint: u64,
+        known_output: Option<u64>,
+    ) -> Option<OpTicket> {
         let budget = limits.budget?;
         let planning = limits.planning();
         let (step, position) = self.recorder.position();
@@ -93,6 +101,7 @@ impl DeviceEngine {
         let (mut input_bytes, mut to_restore, mut largest) = (0u64, 0u64, 0u64);
         let mut evictable_input_bytes = 0u64;
         let mut hasher = FastHasher::default();
+        let (signature, learnt);
         name.hash(&mut hasher);
         hint.hash(&mut hasher);
         {
@@ -137,6 +146,8 @@ impl DeviceEngine {
                     to_restore += input.bytes;
                 }
             }
+            signature = hasher.finish();
+            learnt = index.learnt_output(signature);
         }
         self.ledger.on_prefetch_outcome(hits, misses);
         if !late.is_empty() && limits.prefetch_window > 0 {
@@ -147,8 +158,6 @@ impl DeviceEngine {
                 *lead = lead_after_late(*lead);
             }
         }
-        let signature = hasher.finish();
-        let learnt = lock(&self.estimates).get(&signature).copied();
         let estimate = learnt.or(known_output).unwrap_or(largest);
         if input_bytes > budget && limits.strict {
             self.finish_pins(&ids);
@@ -171,6 +180,7 @@ impl DeviceEngine {
             strict: limits.strict,
             signature,
             learnt,
+            tick,
             reserved,
             inputs: ids,
             evictable_input_bytes,
@@ -185,7 +195,7 @@ impl DeviceEngine {
     /// so that the device bytes seen here are the op's real peak.
     pub fn end_op(&self, ticket: OpTicket, outputs: &[OpOutput]) {
         self.release_reservation(&ticket);
-        let tick = self.tick.fetch_add(1, Ordering::Relaxed);
+        let tick = ticket.tick;
         let (mut output_bytes, mut evictable_output_bytes) = (0u64, 0u64);
         {
             let mut index = lock(&self.index);
@@ -210,14 +220,10 @@ impl DeviceEngine {
                     }
                 }
             }
-        }
-        // Most ops repeat a learnt size: the map is written only when it changes.
-        if ticket.learnt != Some(output_bytes) {
-            let mut estimates = lock(&self.estimates);
-            if estimates.len() >= MAX_ESTIMATES {
-                estimates.clear();
+            // Most ops repeat a learnt size: the map is written only when it changes.
+            if ticket.learnt != Some(output_bytes) {
+                index.learn_output(ticket.signature, output_bytes);
             }
-            estimates.insert(ticket.signature, output_bytes);
         }
         let resident = self.ledger.resident(Tier::Device);
         if resident > ticket.budget {

@@ -1,9 +1,9 @@
 //! The limits in force, read on every op without taking a lock: each thread keeps the last
 //! limits it read with their version, and reads the lock again only when the version changed.
 
-use std::cell::RefCell;
+use std::cell::Cell;
+use std::sync::RwLock;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, RwLock};
 
 use super::Limits;
 
@@ -14,13 +14,13 @@ static NEXT_VERSION: AtomicU64 = AtomicU64::new(1);
 
 thread_local! {
     /// The limits this thread read last, and their version.
-    static LAST_READ: RefCell<(u64, Arc<Limits>)> = RefCell::new((0, Arc::new(Limits::default())));
+    static LAST_READ: Cell<(u64, Limits)> = Cell::new((0, Limits::default()));
 }
 
 /// One engine's limits: written rarely (`configure`), read before and after every op.
 #[derive(Debug, Default)]
 pub(super) struct LimitsCell {
-    limits: RwLock<Arc<Limits>>,
+    limits: RwLock<Limits>,
     /// The version of `limits`, stored after them (a reader that sees a version finds limits
     /// at least as new under the lock).
     version: AtomicU64,
@@ -28,30 +28,28 @@ pub(super) struct LimitsCell {
 
 impl LimitsCell {
     /// The limits in force.
-    pub(super) fn get(&self) -> Arc<Limits> {
+    pub(super) fn get(&self) -> Limits {
         let version = self.version.load(Ordering::Acquire);
         // A handle dropped while the thread's locals are torn down reads the lock itself.
         LAST_READ
-            .try_with(|last| {
-                let mut last = last.borrow_mut();
-                if last.0 != version {
-                    *last = (version, self.read());
+            .try_with(|last| match last.get() {
+                (seen, limits) if seen == version => limits,
+                _ => {
+                    let limits = self.read();
+                    last.set((version, limits));
+                    limits
                 }
-                last.1.clone()
             })
             .unwrap_or_else(|_| self.read())
     }
 
-    fn read(&self) -> Arc<Limits> {
-        self.limits
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone()
+    fn read(&self) -> Limits {
+        *self.limits.read().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Installs new limits.
     pub(super) fn set(&self, limits: Limits) {
-        *self.limits.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(limits);
+        *self.limits.write().unwrap_or_else(|e| e.into_inner()) = limits;
         self.version.store(
             NEXT_VERSION.fetch_add(1, Ordering::Relaxed),
             Ordering::Release,

@@ -51,8 +51,9 @@ use crate::policy::plan::{PlanKey, UsePlan};
 use crate::stats::SpillStats;
 use crate::tape::Recorder;
 
-/// The resolved limits of one device, in bytes.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+/// The resolved limits of one device, in bytes. `Copy`: the per-op path reads them twice an
+/// op, and a copy costs less than counting a shared reference (two atomic operations).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Limits {
     /// Hard device budget (`None` = unlimited: nothing is tracked or moved).
     pub budget: Option<u64>,
@@ -76,8 +77,6 @@ pub struct Limits {
     /// Whether host copies are checksummed at eviction and checked when they leave the host
     /// (see [`crate::engine::integrity`]).
     pub verify_restores: bool,
-    /// The remote cold tier's URL, if one is configured.
-    pub remote: Option<String>,
     /// Whether spills try the remote tier before the spill file.
     pub remote_first: bool,
 }
@@ -99,7 +98,6 @@ pub struct DeviceEngine {
     index: Mutex<Index>,
     /// The spill file and any remote store, in the order writes try them.
     cold: Mutex<ColdTiers>,
-    estimates: Mutex<FastMap<u64, u64>>,
     warned_ops: Mutex<HashSet<&'static str>>,
     recorder: Recorder,
     /// Whether the current step was opened by `step_begin` and not yet closed.
@@ -219,21 +217,27 @@ impl DeviceEngine {
     }
 
     /// The limits in force.
-    pub fn limits(&self) -> Arc<Limits> {
+    pub fn limits(&self) -> Limits {
         self.limits.get()
     }
 
     /// Installs new limits. The disk store is created when the host tier is capped or a spill
     /// directory was given (so a bad directory is reported now, not mid-training); `spill_base`
-    /// `None` means the system temp dir.
-    pub fn apply(&self, limits: Limits, spill_base: Option<&Path>) -> Result<(), SpillError> {
+    /// `None` means the system temp dir. `remote` is the remote cold tier's URL, if one is
+    /// configured (it takes part only while a budget is in force).
+    pub fn apply(
+        &self,
+        limits: Limits,
+        spill_base: Option<&Path>,
+        remote: Option<&str>,
+    ) -> Result<(), SpillError> {
         self.quiesce();
         // A remote tier falls back to the spill file when it fails, so it wants one too.
         let wants_disk = limits.budget.is_some()
-            && (limits.host_limit.is_some() || spill_base.is_some() || limits.remote.is_some());
+            && (limits.host_limit.is_some() || spill_base.is_some() || remote.is_some());
         {
             let mut cold = lock(&self.cold);
-            set_up_remote(&mut cold, &limits)?;
+            set_up_remote(&mut cold, &limits, remote)?;
             let base = spill_base.map_or_else(std::env::temp_dir, Path::to_path_buf);
             let records = cold.disk_records();
             let same_base = matches!(cold.disk(), Some((current, _)) if *current == base);
@@ -321,8 +325,12 @@ impl DeviceEngine {
 
 /// Connects the remote tier the limits ask for (with a budget in force), keeps the one already
 /// connected to the same URL, and removes one no longer wanted once it holds no records.
-fn set_up_remote(cold: &mut ColdTiers, limits: &Limits) -> Result<(), SpillError> {
-    let wanted = limits.budget.and(limits.remote.as_deref());
+fn set_up_remote(
+    cold: &mut ColdTiers,
+    limits: &Limits,
+    remote: Option<&str>,
+) -> Result<(), SpillError> {
+    let wanted = limits.budget.and(remote);
     let records = cold.remote_records();
     match (wanted, cold.remote_url()) {
         (Some(url), Some(current)) if current == url => {
