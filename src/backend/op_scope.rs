@@ -294,16 +294,17 @@ impl<B: Backend> OpScope<B> {
 
     /// Notes an output the op produced.
     pub(crate) fn output(&mut self, tensor: SpillTensor<B>) -> SpillTensor<B> {
-        if self.engine.is_none() && tensor.engine().is_tracking() {
+        let tracking = tensor.engine().is_tracking();
+        if tracking && self.engine.is_none() {
             self.engine = Some(tensor.engine().clone());
         }
         if let Some(recording) = self.recording_for(tensor.engine()) {
             recording.outputs.push(TapeEntry::of(&tensor));
         }
-        let engine = tensor.engine();
-        if !engine.is_tracking() {
+        if !tracking {
             return tensor;
         }
+        let engine = tensor.engine();
         let evictable = tensor.evictable();
         if evictable {
             tensor.mark_indexed();

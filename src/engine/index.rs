@@ -446,6 +446,32 @@ fn is_current(
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn output_sizes_are_learnt_per_signature_and_bounded() {
+        let mut index = Index::default();
+        assert_eq!(index.learnt_output(7), None);
+        index.learn_output(7, 1024);
+        index.learn_output(8, 64);
+        assert_eq!(
+            (index.learnt_output(7), index.learnt_output(8)),
+            (Some(1024), Some(64))
+        );
+        index.learn_output(7, 2048);
+        assert_eq!(
+            index.learnt_output(7),
+            Some(2048),
+            "a changed size replaces the old"
+        );
+        for signature in 100..100 + MAX_OUTPUT_SIZES as u64 {
+            index.learn_output(signature, 1);
+        }
+        assert!(
+            index.output_sizes.len() <= MAX_OUTPUT_SIZES,
+            "the map stays bounded"
+        );
+        assert_eq!(index.learnt_output(7), None, "a full map starts over");
+    }
+
     use super::*;
 
     struct Fake;

@@ -11,7 +11,7 @@ use crate::engine::slot::{TensorId, Tier};
 use crate::fast_hash::FastHasher;
 use crate::policy::plan::{KeyAt, PlanKey};
 
-use super::{DeviceEngine, Limits, lock};
+use super::{DeviceEngine, lock};
 use crate::policy::prefetch::lead_after_late;
 
 /// One tensor an op reads.
@@ -76,17 +76,7 @@ impl DeviceEngine {
         hint: u64,
         known_output: Option<u64>,
     ) -> Option<OpTicket> {
-        self.admit(&self.limits(), name, inputs, hint, known_output)
-    }
-
-    fn admit(
-        &self,
-        limits: &Limits,
-        name: &'static str,
-        inputs: &[OpInput],
-        hint: u64,
-        known_output: Option<u64>,
-    ) -> Option<OpTicket> {
+        let limits = self.limits();
         let budget = limits.budget?;
         let planning = limits.planning();
         let (step, position) = self.recorder.position();
