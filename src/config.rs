@@ -7,7 +7,7 @@ use std::str::FromStr;
 use serde::{Deserialize, Serialize};
 
 use crate::SpillError;
-use crate::policy::PolicyKind;
+use crate::policy::{PolicyKind, RecomputeMode};
 
 /// How much device memory tensors may occupy.
 #[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize)]
@@ -120,6 +120,7 @@ pub struct SpillConfig {
     remote_tier: Option<String>,
     tier_order: TierOrder,
     pool_cleanup_margin_bytes: Option<u64>,
+    recompute: RecomputeMode,
 }
 
 /// Which cold store spilled bytes try first past the host tier, when a remote tier is
@@ -195,6 +196,7 @@ impl Default for SpillConfig {
             remote_tier: None,
             tier_order: TierOrder::RemoteThenDisk,
             pool_cleanup_margin_bytes: None,
+            recompute: RecomputeMode::Swap,
         }
     }
 }
@@ -215,6 +217,8 @@ pub const ENV_REMOTE: &str = "BURN_SPILL_REMOTE";
 pub const ENV_TIER_ORDER: &str = "BURN_SPILL_TIER_ORDER";
 /// Environment variable overriding [`SpillConfig::verify_restores`].
 pub const ENV_VERIFY: &str = "BURN_SPILL_VERIFY";
+/// Environment variable overriding [`SpillConfig::recompute`].
+pub const ENV_RECOMPUTE: &str = "BURN_SPILL_RECOMPUTE";
 
 /// What `remote_tier` accepts.
 pub(crate) const REMOTE_ACCEPTED: &str = "a Redis URL: redis://[[user]:password@]host[:port][/db] or unix:///path (TLS, rediss://, is not built in)";
@@ -319,6 +323,21 @@ impl SpillConfig {
     pub fn policy(mut self, policy: PolicyKind) -> Self {
         self.policy = policy;
         self
+    }
+
+    /// Whether victims on the device may be dropped and rebuilt from the inputs of the op that
+    /// made them instead of being moved (default [`RecomputeMode::Swap`]: always moved). Only
+    /// outputs of pure elementwise ops whose inputs the program keeps alive until the dropped
+    /// tensor's next use are dropped (see `burn_spill::policy::recompute`), and only once the
+    /// tape has a plan. `BURN_SPILL_RECOMPUTE` overrides it.
+    pub fn recompute(mut self, mode: RecomputeMode) -> Self {
+        self.recompute = mode;
+        self
+    }
+
+    /// See [`recompute`](Self::recompute).
+    pub fn get_recompute(&self) -> RecomputeMode {
+        self.recompute
     }
 
     /// In strict mode an op that alone needs more than the budget panics instead of running.
@@ -594,6 +613,9 @@ impl SpillConfig {
         if let Some(v) = get(ENV_TIER_ORDER) {
             self.tier_order = v.parse().map_err(|e| rename(e, ENV_TIER_ORDER))?;
         }
+        if let Some(v) = get(ENV_RECOMPUTE) {
+            self.recompute = v.parse().map_err(|e| rename(e, ENV_RECOMPUTE))?;
+        }
         Ok(self)
     }
 }
@@ -761,9 +783,11 @@ mod tests {
                 (ENV_HOST_LIMIT, "0"),
                 (ENV_DIR, "/tmp/x"),
                 (ENV_POLICY, "LRU"),
+                (ENV_RECOMPUTE, "Both"),
             ]))
             .unwrap();
         assert_eq!(c.get_preset(), Some(Preset::Rnn));
+        assert_eq!(c.get_recompute(), RecomputeMode::Both);
         assert_eq!(c.get_device_budget(), DeviceBudget::Bytes(64 << 20));
         assert_eq!(c.get_host_limit_bytes(), Some(0));
         assert_eq!(c.get_spill_dir(), Some(&PathBuf::from("/tmp/x")));
@@ -796,6 +820,16 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(err.contains("mru") && err.contains("lru"), "{err}");
+        let err = SpillConfig::default()
+            .with_overrides_from(env(&[(ENV_RECOMPUTE, "sometimes")]))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("BURN_SPILL_RECOMPUTE")
+                && err.contains("sometimes")
+                && err.contains("swap, recompute, both"),
+            "{err}"
+        );
         for f in [0.0, -0.5, 1.01, f64::NAN] {
             let err = SpillConfig::default()
                 .device_budget_fraction(f)
@@ -839,7 +873,7 @@ mod tests {
         use super::super::*;
         use proptest::prelude::*;
 
-        const VARIABLES: [&str; 8] = [
+        const VARIABLES: [&str; 9] = [
             ENV_PRESET,
             ENV_BUDGET,
             ENV_HOST_LIMIT,
@@ -848,6 +882,7 @@ mod tests {
             ENV_VERIFY,
             ENV_REMOTE,
             ENV_TIER_ORDER,
+            ENV_RECOMPUTE,
         ];
 
         /// Strings near the accepted syntax, where parsers break: digits, dots, signs,

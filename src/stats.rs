@@ -115,6 +115,43 @@ pub struct SpillStats {
     /// bytes together are `resident.disk`.
     #[serde(default)]
     pub cold_tiers: Vec<ColdTierStats>,
+    /// Tensors dropped from the device to be rebuilt instead of moved
+    /// ([`SpillConfig::recompute`](crate::SpillConfig::recompute)).
+    #[serde(default)]
+    pub recompute: RecomputeStats,
+}
+
+/// What dropping and rebuilding tensors did on one device.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RecomputeStats {
+    /// Tensors dropped from the device (each drop once; a tensor can be dropped again after it
+    /// was rebuilt).
+    pub dropped: u64,
+    /// Their bytes.
+    pub dropped_bytes: u64,
+    /// Rebuilds: ops run again to bring a dropped tensor back.
+    pub rebuilt: u64,
+    /// Their bytes.
+    pub rebuilt_bytes: u64,
+    /// The time those ops took on the calling thread (on an asynchronous backend, their
+    /// dispatch).
+    pub rebuild_time: Duration,
+    /// Bytes of the tensors that are dropped now (in no tier).
+    pub dropped_now_bytes: u64,
+}
+
+impl RecomputeStats {
+    /// The counts since `earlier` (`dropped_now_bytes` is this one's).
+    pub fn since(&self, earlier: &RecomputeStats) -> RecomputeStats {
+        RecomputeStats {
+            dropped: self.dropped.saturating_sub(earlier.dropped),
+            dropped_bytes: self.dropped_bytes.saturating_sub(earlier.dropped_bytes),
+            rebuilt: self.rebuilt.saturating_sub(earlier.rebuilt),
+            rebuilt_bytes: self.rebuilt_bytes.saturating_sub(earlier.rebuilt_bytes),
+            rebuild_time: self.rebuild_time.saturating_sub(earlier.rebuild_time),
+            dropped_now_bytes: self.dropped_now_bytes,
+        }
+    }
 }
 
 /// One cold store as it measured itself.
@@ -210,6 +247,7 @@ impl SpillStats {
             batched_evictions: self
                 .batched_evictions
                 .saturating_sub(earlier.batched_evictions),
+            recompute: self.recompute.since(&earlier.recompute),
             ..self.clone()
         }
     }

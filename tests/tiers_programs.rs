@@ -20,7 +20,9 @@
 //!   limits {0, unlimited}, plus a run on the never-configured device;
 //! - the same under `Autodiff`, with the f32 creations requiring grad: loss and gradients;
 //! - one run under a small budget and small host limit drawn by the generator (host and disk
-//!   tiers both in use), with reconfigurations of the device in the middle of the program.
+//!   tiers both in use), with reconfigurations of the device in the middle of the program;
+//! - three steps under a small budget with victims dropped and rebuilt from their recipes
+//!   (recompute only, or the cheaper of moving and rebuilding), with and without `Autodiff`.
 //!
 //! Configuration is process-global per device, so every test holds `LOCK` for its whole run and
 //! resets the device to `SpillConfig::default()` when it ends (also when it fails).
@@ -30,7 +32,7 @@ mod common;
 use burn::backend::Autodiff;
 use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::{Bool, DType, FloatDType, Int, IntDType, Tensor, TensorData, Transaction};
-use burn_spill::{PolicyKind, SpillConfig};
+use burn_spill::{PolicyKind, RecomputeMode, SpillConfig};
 use common::{ExclusiveDevice, Plain, Spill, assert_same_data};
 use proptest::prelude::*;
 
@@ -1226,6 +1228,45 @@ fn check_program_mixed_tiers(
     }
 }
 
+/// Runs with victims dropped and rebuilt from their recipes (recompute only, or per victim the
+/// cheaper of that and a move), under a budget of the generator's choice, three steps in a row
+/// so that the plan the memory rule needs exists from the second.
+fn check_program_recompute(
+    program: &[Inst],
+    budget: u64,
+    grad: bool,
+    mode: RecomputeMode,
+    window: usize,
+) {
+    let _device = ExclusiveDevice::take();
+    let what = format!("budget {budget}, autodiff {grad}, recompute {mode}, window {window}");
+    let config = SpillConfig::default()
+        .policy(PolicyKind::NextUse)
+        .prefetch_window(window)
+        .recompute(mode);
+    let check = |spill: &Outcome, plain: &Outcome| {
+        compare(&what, plain, spill);
+        let stats = Spill::stats(&Default::default());
+        assert_eq!(
+            stats.recompute.dropped_now_bytes, 0,
+            "{what}: a dropped tensor is still counted"
+        );
+    };
+    if grad {
+        let plain = run_grad::<Autodiff<Plain>>(program);
+        let spill = configured_with(config, Some(budget), None, false, || {
+            repeated::<Spill>(|| run_grad::<Autodiff<Spill>>(program), &what, &plain)
+        });
+        check(&spill, &plain);
+    } else {
+        let plain = run::<Plain>(program);
+        let spill = configured_with(config, Some(budget), None, false, || {
+            repeated::<Spill>(|| run::<Spill>(program), &what, &plain)
+        });
+        check(&spill, &plain);
+    }
+}
+
 fn check_program_grad(program: &[Inst]) {
     let _device = ExclusiveDevice::take();
     let plain = run_grad::<Autodiff<Plain>>(program);
@@ -1285,6 +1326,17 @@ proptest! {
         window in 0usize..6,
     ) {
         check_program_mixed_tiers(&program, budget, host, grad, policy, window);
+    }
+
+    #[test]
+    fn random_programs_with_recompute_match_flex(
+        program in program(60),
+        budget in 0u64..1024,
+        grad in any::<bool>(),
+        mode in prop_oneof![Just(RecomputeMode::Recompute), Just(RecomputeMode::Both)],
+        window in 0usize..4,
+    ) {
+        check_program_recompute(&program, budget, grad, mode, window);
     }
 }
 

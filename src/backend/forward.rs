@@ -257,27 +257,108 @@ macro_rules! spill_wrap {
     };
 }
 
+/// What a recipe keeps of an argument of a kind: a clone of a non-tensor argument; nothing
+/// for a tensor (the scope notes its handle).
+macro_rules! spill_keep {
+    (Float, $x:expr) => {
+        ()
+    };
+    (Bool, $x:expr) => {
+        ()
+    };
+    ({$($ty:tt)*}, $x:expr) => {
+        ::core::clone::Clone::clone(&$x)
+    };
+}
+
+/// An argument of a kind when a recipe runs its op again: the next input primitive for a
+/// tensor, the kept clone otherwise.
+macro_rules! spill_replay {
+    (Float, $x:expr, $args:ident) => {
+        $args.float()
+    };
+    (Bool, $x:expr, $args:ident) => {
+        $args.bool()
+    };
+    ({$($ty:tt)*}, $x:expr, $args:ident) => {
+        $x
+    };
+}
+
+/// A recomputable op's result as a primitive of any kind.
+macro_rules! spill_primitive {
+    (Float, $x:expr) => {
+        $crate::backend::tensor::Primitive::Float($x)
+    };
+    (Bool, $x:expr) => {
+        $crate::backend::tensor::Primitive::Bool($x)
+    };
+}
+
+/// The body of one forwarding method. A row marked `#[recompute]` (a pure op: its output is a
+/// function of its arguments alone) also gives its output a recipe that runs `B`'s same
+/// kernel again, when the device may drop victims (see `recipe.rs`).
+macro_rules! forward_body {
+    ([] $ops:ident; $name:ident; ( $( $arg:ident : $kind:tt ),* ) -> $out:tt) => {{
+        let mut op = $crate::backend::op_scope::OpScope::<B>::new(stringify!($name));
+        $( $crate::backend::forward::spill_note!($kind, $arg, op); )*
+        op.begin();
+        $( let $arg = $crate::backend::forward::spill_unwrap!($kind, $arg, op); )*
+        // On lazy backends no worker may touch a primitive while `B` registers the op.
+        let exclusive = op.exclusive();
+        let result = <B as $ops<B>>::$name( $( $arg ),* );
+        drop(exclusive);
+        let out = $crate::backend::forward::spill_wrap!($out, result, op);
+        drop(op);
+        out
+    }};
+    ([recompute] $ops:ident; $name:ident; ( $( $arg:ident : $kind:tt ),* ) -> $out:tt) => {{
+        let mut op = $crate::backend::op_scope::OpScope::<B>::recomputable(stringify!($name));
+        $( $crate::backend::forward::spill_note!($kind, $arg, op); )*
+        op.begin();
+        $( let $arg = $crate::backend::forward::spill_unwrap!($kind, $arg, op); )*
+        #[allow(clippy::let_unit_value, clippy::unused_unit)]
+        let kept = op
+            .keeps_recipe()
+            .then(|| ( $( $crate::backend::forward::spill_keep!($kind, $arg), )* ));
+        let exclusive = op.exclusive();
+        let started = kept.as_ref().map(|_| ::std::time::Instant::now());
+        let result = <B as $ops<B>>::$name( $( $arg ),* );
+        let took = started.map(|s| s.elapsed());
+        drop(exclusive);
+        let out = $crate::backend::forward::spill_wrap!($out, result, op);
+        if let (Some(kept), Some(took)) = (kept, took) {
+            op.recipe(&out, took, Box::new(move |args: &mut $crate::backend::recipe::RecipeArgs<B>| {
+                #[allow(clippy::let_unit_value, unused_variables)]
+                let ( $( $arg, )* ) = ::core::clone::Clone::clone(&kept);
+                $( let $arg = $crate::backend::forward::spill_replay!($kind, $arg, args); )*
+                $crate::backend::forward::spill_primitive!(
+                    $out,
+                    <B as $ops<B>>::$name( $( $arg ),* )
+                )
+            }));
+        }
+        drop(op);
+        out
+    }};
+}
+
 /// Generates forwarding methods for the rows of one ops trait (see the module docs).
 macro_rules! forward_ops {
-    ($ops:ident; $( fn $name:ident ( $( $arg:ident : $kind:tt ),* $(,)? ) -> $out:tt ; )*) => {
+    ($ops:ident; $( $(#[$mark:ident])? fn $name:ident ( $( $arg:ident : $kind:tt ),* $(,)? ) -> $out:tt ; )*) => {
         $(
             fn $name( $( $arg : $crate::backend::forward::spill_ty!($kind) ),* )
                 -> $crate::backend::forward::spill_ty!($out)
             {
-                let mut op = $crate::backend::op_scope::OpScope::<B>::new(stringify!($name));
-                $( $crate::backend::forward::spill_note!($kind, $arg, op); )*
-                op.begin();
-                $( let $arg = $crate::backend::forward::spill_unwrap!($kind, $arg, op); )*
-                // On lazy backends no worker may touch a primitive while `B` registers the op.
-                let exclusive = op.exclusive();
-                let result = <B as $ops<B>>::$name( $( $arg ),* );
-                drop(exclusive);
-                let out = $crate::backend::forward::spill_wrap!($out, result, op);
-                drop(op);
-                out
+                $crate::backend::forward::forward_body!(
+                    [$($mark)?] $ops; $name; ( $( $arg : $kind ),* ) -> $out
+                )
             }
         )*
     };
 }
 
-pub(crate) use {forward_ops, spill_note, spill_ty, spill_unwrap, spill_wrap};
+pub(crate) use {
+    forward_body, forward_ops, spill_keep, spill_note, spill_primitive, spill_replay, spill_ty,
+    spill_unwrap, spill_wrap,
+};

@@ -11,6 +11,7 @@ pub(crate) mod learner;
 pub(crate) mod op_scope;
 mod ops;
 pub(crate) mod queues;
+pub(crate) mod recipe;
 pub(crate) mod tensor;
 pub mod verify;
 
@@ -120,6 +121,7 @@ impl<B: Backend> SpillBackend<B> {
             asynchronous: config.is_asynchronous(),
             verify_restores: config.is_verifying_restores(),
             remote_first: config.get_tier_order() == crate::TierOrder::RemoteThenDisk,
+            recompute: config.get_recompute(),
             pool_margin: config
                 .get_pool_cleanup_margin_bytes()
                 .unwrap_or_else(|| crate::policy::pool::default_margin(budget.unwrap_or(0))),

@@ -11,12 +11,13 @@
 use std::cell::RefCell;
 use std::hash::{Hash, Hasher};
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use burn_backend::{Backend, DType, Shape, TensorMetadata};
 use smallvec::SmallVec;
 
 use super::device::device_key;
+use super::recipe::{Recipe, RecipeInputs, Rerun, recipe_input};
 use super::tensor::{Primitive, RetiredHandle, SpillTensor, TensorKind};
 use crate::engine::{
     DeviceEngine, OpInput, OpOutput, OpTicket, TensorId, TensorRole, Tier, engine_for,
@@ -135,6 +136,10 @@ pub(crate) struct OpScope<B: Backend> {
     outputs: SmallVec<[OpOutput; 2]>,
     retired: SmallVec<[RetiredHandle<B>; 4]>,
     recording: Option<Recording>,
+    /// Whether this op is pure, so that its output may keep a recipe (see `recipe.rs`).
+    recomputable: bool,
+    /// Its tensor arguments, for the recipe: noted once the device is known to drop victims.
+    recipe_inputs: Option<RecipeInputs<B>>,
 }
 
 impl<B: Backend> OpScope<B> {
@@ -149,7 +154,17 @@ impl<B: Backend> OpScope<B> {
             outputs: SmallVec::new(),
             retired: SmallVec::new(),
             recording: None,
+            recomputable: false,
+            recipe_inputs: None,
         }
+    }
+
+    /// The scope of a pure op (a `#[recompute]` row), whose output may be rebuilt by running
+    /// it again.
+    pub(crate) fn recomputable(name: &'static str) -> Self {
+        let mut scope = Self::new(name);
+        scope.recomputable = true;
+        scope
     }
 
     /// Starts recording this op if `engine` records; returns the recording.
@@ -169,6 +184,9 @@ impl<B: Backend> OpScope<B> {
 
     /// Notes an input the op will read.
     pub(crate) fn input(&mut self, tensor: &SpillTensor<B>) {
+        if self.recomputable {
+            self.recipe_input(tensor);
+        }
         let tracking = tensor.engine().is_tracking();
         if tracking && self.engine.is_none() {
             self.engine = Some(tensor.engine().clone());
@@ -181,17 +199,62 @@ impl<B: Backend> OpScope<B> {
         if !tracking {
             return;
         }
+        self.pinned_input(tensor, false);
+    }
+
+    /// Notes `tensor` for the engine to pin and make resident: an input of the op, or (with
+    /// `for_rebuild`) an input of a dropped input's recipe. A dropped tensor brings its
+    /// recipe's inputs along, so that the rebuild's inputs are within the budget too.
+    fn pinned_input(&mut self, tensor: &SpillTensor<B>, for_rebuild: bool) {
         let evictable = tensor.evictable();
         if evictable {
             tensor.mark_indexed();
         }
+        let tier = tensor.tier_unless_dropped();
         self.inputs.push(OpInput {
             id: tensor.id(),
             bytes: tensor.bytes(),
-            tier: tensor.tier(),
+            tier: tier.unwrap_or(Tier::Device),
             evictable,
             victim: tensor.victim(),
+            dropped: tier.is_none(),
+            for_rebuild,
         });
+        if tier.is_none() {
+            for input in tensor.rebuild_inputs() {
+                self.pinned_input(&input, true);
+            }
+        }
+    }
+
+    /// Notes a tensor argument of a pure op for its output's recipe, once the device may drop
+    /// victims (otherwise the op keeps no recipe, and this costs one check per op).
+    fn recipe_input(&mut self, tensor: &SpillTensor<B>) {
+        if self.recipe_inputs.is_none() {
+            let engine = tensor.engine();
+            if !(engine.is_tracking() && engine.limits().recompute.may_drop()) {
+                self.recomputable = false;
+                return;
+            }
+            self.recipe_inputs = Some(SmallVec::new());
+        }
+        if let Some(inputs) = &mut self.recipe_inputs {
+            recipe_input(inputs, tensor);
+        }
+    }
+
+    /// Whether the output will keep a recipe: the op is pure and its device drops victims.
+    pub(crate) fn keeps_recipe(&self) -> bool {
+        self.recipe_inputs.is_some()
+    }
+
+    /// Gives `output` its recipe: `rerun` runs the op again, which took `took` this time.
+    pub(crate) fn recipe(&mut self, output: &SpillTensor<B>, took: Duration, rerun: Rerun<B>) {
+        if let Some(inputs) = self.recipe_inputs.take()
+            && output.evictable()
+        {
+            output.set_recipe(Recipe::new(self.name, inputs, rerun, took));
+        }
     }
 
     /// Notes the device a creating op allocates on.

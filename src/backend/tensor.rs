@@ -6,7 +6,7 @@
 
 use std::fmt;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, MutexGuard, Weak};
+use std::sync::{Arc, MutexGuard, OnceLock, Weak};
 
 use burn_backend::quantization::QuantScheme;
 use burn_backend::{Backend, DType, QTensorPrimitive, Shape, TensorData, TensorMetadata};
@@ -16,8 +16,9 @@ use super::device::persistent_allocation_active;
 use super::host::{HostTensor, read_to_host};
 use super::layout::round_trips_exactly;
 use super::op_scope::OpScope;
+use super::recipe::Recipe;
 use crate::engine::{
-    DeviceEngine, Residency, Slot, SlotInfo, Spillable, TensorId, TensorRole, Tier,
+    DeviceEngine, RebuildPlan, Residency, Slot, SlotInfo, Spillable, TensorId, TensorRole, Tier,
 };
 
 static NEXT_ID: AtomicU64 = AtomicU64::new(1);
@@ -108,6 +109,9 @@ pub(crate) struct Handle<B: Backend> {
     indexed: AtomicBool,
     /// Whether the bytes can leave the device and come back in the same layout.
     evictable: bool,
+    /// How to rebuild the bytes after a drop, for outputs of pure ops while the device may
+    /// drop victims (see `recipe.rs`).
+    recipe: OnceLock<Box<Recipe<B>>>,
 }
 
 type State<B> = Residency<Primitive<B>, HostTensor>;
@@ -226,6 +230,68 @@ impl<B: Backend> Handle<B> {
         self.lock().tier().unwrap_or(Tier::Device)
     }
 
+    /// The tier holding the bytes now, or `None` when they were dropped to be rebuilt.
+    fn tier_unless_dropped(&self) -> Option<Tier> {
+        match &*self.lock() {
+            Residency::Dropped => None,
+            state => Some(state.tier().unwrap_or(Tier::Device)),
+        }
+    }
+
+    /// The lock an op reads the bytes under, with them on the device: rebuilt first if they
+    /// were dropped, restored if spilled. Returns whether they were restored (see
+    /// [`after_restore`](Self::after_restore)).
+    fn lock_resident(&self) -> (MutexGuard<'_, State<B>>, bool) {
+        let mut state = self.lock_for_use();
+        while matches!(*state, Residency::Dropped) {
+            drop(state);
+            self.rebuild();
+            state = self.lock_for_use();
+        }
+        let moved = self.restore_locked(&mut state);
+        (state, moved)
+    }
+
+    pub(super) fn slot(&self) -> &Slot<Primitive<B>, HostTensor> {
+        &self.state
+    }
+
+    pub(super) fn recipe(&self) -> Option<&Recipe<B>> {
+        self.recipe.get().map(Box::as_ref)
+    }
+
+    pub(super) fn id(&self) -> TensorId {
+        self.id
+    }
+
+    pub(super) fn role(&self) -> TensorRole {
+        self.role
+    }
+
+    pub(super) fn engine(&self) -> &Arc<DeviceEngine> {
+        &self.engine
+    }
+
+    /// Tells the index a rebuilt tensor is on the device again.
+    pub(super) fn after_rebuild(&self) {
+        self.after_restore(true);
+    }
+
+    /// Panics unless a rebuild gave this tensor's dtype and shape.
+    pub(super) fn check_rebuilt(&self, rebuilt: &Primitive<B>, op: &str) {
+        let (shape, dtype) = rebuilt.shape_dtype();
+        if dtype != self.dtype || shape != self.shape || rebuilt.kind() != self.kind {
+            panic!(
+                "burn-spill: rebuilding tensor {} with `{op}` gave {:?} {dtype:?} {shape:?}, not                  its own {:?} {:?} {:?}; this is a bug in burn-spill",
+                self.id,
+                rebuilt.kind(),
+                self.kind,
+                self.dtype,
+                self.shape
+            );
+        }
+    }
+
     fn missing(&self) -> ! {
         panic!(
             "burn-spill: tensor {} ({:?}, {:?}, {:?}) is not on the device after a restore; this is a bug in burn-spill",
@@ -275,6 +341,14 @@ impl<B: Backend> Spillable for Handle<B> {
 
     fn as_any(&self) -> &dyn std::any::Any {
         self
+    }
+
+    fn rebuild_plan(&self) -> Option<RebuildPlan> {
+        Handle::rebuild_plan(self)
+    }
+
+    fn drop_for_rebuild(&self, _engine: &DeviceEngine) -> bool {
+        Handle::drop_for_rebuild(self)
     }
 
     fn prefetch(&self, engine: &DeviceEngine) -> bool {
@@ -400,8 +474,34 @@ impl<B: Backend> SpillTensor<B> {
                 engine,
                 indexed: AtomicBool::new(false),
                 evictable,
+                recipe: OnceLock::new(),
             }),
         }
+    }
+
+    pub(super) fn from_handle(handle: Arc<Handle<B>>) -> Self {
+        Self { handle }
+    }
+
+    /// A weak reference to the shared state, for a recipe that must not keep it alive.
+    pub(super) fn weak_handle(&self) -> Weak<Handle<B>> {
+        Arc::downgrade(&self.handle)
+    }
+
+    /// Gives this fresh output the recipe that rebuilds it.
+    pub(crate) fn set_recipe(&self, recipe: Recipe<B>) {
+        // A fresh output has none yet; an op returning one of its inputs keeps the first.
+        let _ = self.handle.recipe.set(Box::new(recipe));
+    }
+
+    /// The held inputs of a dropped tensor (empty otherwise), for the op that rebuilds it.
+    pub(crate) fn rebuild_inputs(&self) -> smallvec::SmallVec<[SpillTensor<B>; 3]> {
+        self.handle.held_inputs()
+    }
+
+    /// The tier holding the bytes, or `None` when they were dropped to be rebuilt.
+    pub(crate) fn tier_unless_dropped(&self) -> Option<Tier> {
+        self.handle.tier_unless_dropped()
     }
 
     pub(crate) fn from_float(p: B::FloatTensorPrimitive) -> Self {
@@ -428,9 +528,10 @@ impl<B: Backend> SpillTensor<B> {
         // The last strong reference cannot gain a sibling except through the engine's weak
         // index, and an evictor that upgrades one finds the state `Taken` and lets it be. The
         // handle stays in its `Arc`: moving it out would copy the whole struct twice per op.
+        let (mut state, moved) = self.handle.lock_resident();
+        // Counted under the lock: a recipe upgrading its weak reference to this tensor reads
+        // the state under it too, so it either counts here or finds the primitive taken.
         let unique = Arc::strong_count(&self.handle) == 1;
-        let mut state = self.handle.lock_for_use();
-        let moved = self.handle.restore_locked(&mut state);
         let primitive = if unique {
             match std::mem::replace(&mut *state, Residency::Taken) {
                 Residency::Device(p) => p,
@@ -450,8 +551,7 @@ impl<B: Backend> SpillTensor<B> {
     /// Runs `f` on a borrowed inner primitive (for `B` methods that take `&tensor`), restoring it
     /// first if it was spilled.
     pub(crate) fn with_primitive<R>(&self, f: impl FnOnce(&Primitive<B>) -> R) -> R {
-        let mut state = self.handle.lock_for_use();
-        let moved = self.handle.restore_locked(&mut state);
+        let (state, moved) = self.handle.lock_resident();
         let result = match &*state {
             Residency::Device(p) => f(p),
             _ => self.handle.missing(),
@@ -464,11 +564,6 @@ impl<B: Backend> SpillTensor<B> {
     /// The device engine of this tensor.
     pub(crate) fn engine(&self) -> &Arc<DeviceEngine> {
         &self.handle.engine
-    }
-
-    /// The tier holding the bytes now.
-    pub(crate) fn tier(&self) -> Tier {
-        self.handle.tier()
     }
 
     /// A weak reference for the engine's index, which must never keep a tensor alive.

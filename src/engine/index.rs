@@ -42,6 +42,26 @@ pub trait Spillable: Send + Sync {
     }
     /// The tensor as `Any`, so that an adapter can find its own handles in a batch.
     fn as_any(&self) -> &dyn std::any::Any;
+    /// What dropping this tensor now would rely on: its recipe's inputs and the cost of a
+    /// rebuild. `None` (the default) when it has no recipe or an input is gone.
+    fn rebuild_plan(&self) -> Option<RebuildPlan> {
+        None
+    }
+    /// Frees the device bytes and keeps the recipe, with its inputs held alive, to rebuild them
+    /// when next used. Returns false (and changes nothing) when the tensor is not on the
+    /// device, is busy, or its recipe's inputs are gone.
+    fn drop_for_rebuild(&self, _engine: &DeviceEngine) -> bool {
+        false
+    }
+}
+
+/// What a tensor's recipe needs, for the engine's decision to drop it.
+#[derive(Debug, Clone)]
+pub struct RebuildPlan {
+    /// The recipe's inputs (each once).
+    pub inputs: smallvec::SmallVec<[TensorId; 3]>,
+    /// What a rebuild costs.
+    pub rebuild: crate::policy::recompute::Rebuild,
 }
 
 struct Entry {
@@ -60,6 +80,8 @@ struct Entry {
     due: Option<u64>,
     /// The stamp of its current place in its tier's queue (older places are stale).
     stamp: u64,
+    /// Dropped from the device, to be rebuilt when next used: in no tier's queue until then.
+    dropped: bool,
 }
 
 impl Entry {
@@ -75,6 +97,7 @@ impl Entry {
             prefetched: false,
             due: None,
             stamp: 0,
+            dropped: false,
         }
     }
 }
@@ -244,11 +267,20 @@ impl Index {
         }
     }
 
+    /// Marks a tensor dropped from the device (to be rebuilt): no tier offers it as a victim
+    /// until it arrives again.
+    pub fn mark_dropped(&mut self, id: TensorId) {
+        if let Some(entry) = self.entries.get_mut(&id) {
+            entry.dropped = true;
+        }
+    }
+
     pub fn set_tier(&mut self, id: TensorId, tier: Tier) {
         let Some(entry) = self.entries.get_mut(&id) else {
             return;
         };
         entry.tier = tier;
+        entry.dropped = false;
         if tier == Tier::Device
             && let Some(due) = entry.due.take()
         {
@@ -441,7 +473,7 @@ fn is_current(
 ) -> Option<&Entry> {
     entries
         .get(&id)
-        .filter(|e| e.stamp == stamp && e.tier == tier)
+        .filter(|e| e.stamp == stamp && e.tier == tier && !e.dropped)
 }
 
 #[cfg(test)]

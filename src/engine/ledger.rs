@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use super::slot::Tier;
-use crate::stats::{MoveStats, SpillStats, TierBytes};
+use crate::stats::{MoveStats, RecomputeStats, SpillStats, TierBytes};
 
 /// What a tensor is for, as far as burn-spill can tell.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
@@ -138,6 +138,12 @@ pub struct Ledger {
     step_peak_device: AtomicU64,
     batches: AtomicU64,
     batched_tensors: AtomicU64,
+    dropped: AtomicU64,
+    dropped_bytes: AtomicU64,
+    dropped_now: AtomicU64,
+    rebuilt: AtomicU64,
+    rebuilt_bytes: AtomicU64,
+    rebuild_nanos: AtomicU64,
 }
 
 impl Ledger {
@@ -152,6 +158,31 @@ impl Ledger {
             self.parameter_bytes.fetch_add(bytes, Ordering::Relaxed);
         }
         self.add_to_tier(Tier::Device, bytes, role);
+    }
+
+    /// Records a tensor dropped from the device, to be rebuilt when next used: its bytes are
+    /// in no tier until then.
+    pub fn on_dropped_for_rebuild(&self, bytes: u64, role: TensorRole) {
+        self.remove_from_tier(Tier::Device, bytes, role);
+        self.dropped.fetch_add(1, Ordering::Relaxed);
+        self.dropped_bytes.fetch_add(bytes, Ordering::Relaxed);
+        self.dropped_now.fetch_add(bytes, Ordering::Relaxed);
+    }
+
+    /// Records a dropped tensor rebuilt on the device by running its op again in `took`.
+    pub fn on_rebuilt(&self, bytes: u64, role: TensorRole, took: Duration) {
+        self.dropped_now.fetch_sub(bytes, Ordering::Relaxed);
+        self.add_to_tier(Tier::Device, bytes, role);
+        self.rebuilt.fetch_add(1, Ordering::Relaxed);
+        self.rebuilt_bytes.fetch_add(bytes, Ordering::Relaxed);
+        let nanos = took.as_nanos().min(u64::MAX as u128) as u64;
+        self.rebuild_nanos.fetch_add(nanos, Ordering::Relaxed);
+    }
+
+    /// Records that the last handle of a dropped tensor is gone (it was never rebuilt).
+    pub fn on_drop_while_dropped(&self, bytes: u64, role: TensorRole) {
+        self.dropped_now.fetch_sub(bytes, Ordering::Relaxed);
+        self.on_drop(bytes, role, None);
     }
 
     /// Records that the last handle of a tensor is gone; `tier` is where its bytes were
@@ -423,6 +454,14 @@ impl Ledger {
             last_step: None,
             pool: None,
             cold_tiers: Vec::new(),
+            recompute: RecomputeStats {
+                dropped: self.dropped.load(Ordering::Relaxed),
+                dropped_bytes: self.dropped_bytes.load(Ordering::Relaxed),
+                rebuilt: self.rebuilt.load(Ordering::Relaxed),
+                rebuilt_bytes: self.rebuilt_bytes.load(Ordering::Relaxed),
+                rebuild_time: Duration::from_nanos(self.rebuild_nanos.load(Ordering::Relaxed)),
+                dropped_now_bytes: self.dropped_now.load(Ordering::Relaxed),
+            },
         }
     }
 }

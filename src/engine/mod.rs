@@ -21,7 +21,7 @@ pub mod slot;
 pub mod transfer;
 
 pub use device::{DeviceEngine, Limits, OpInput, OpOutput, OpTicket};
-pub use index::Spillable;
+pub use index::{RebuildPlan, Spillable};
 pub use ledger::{LiveSummary, TensorRole};
 pub use queues::{DeviceQueues, ExclusiveLock, ExclusiveWork, PoolUsage};
 pub use registry::{DeviceKey, engine_for};

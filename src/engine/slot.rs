@@ -54,17 +54,20 @@ pub enum Residency<D, H> {
     },
     /// Taken by an op that consumed the last handle; the handle is about to drop.
     Taken,
+    /// Dropped from the device with no copy anywhere: the adapter rebuilds the bytes from the
+    /// recipe it keeps (the op that made them and its inputs) when they are next used.
+    Dropped,
 }
 
 impl<D, H> Residency<D, H> {
-    /// The tier holding the bytes (`None` once taken).
+    /// The tier holding the bytes (`None` once taken or dropped).
     pub fn tier(&self) -> Option<Tier> {
         match self {
             Residency::Device(_) => Some(Tier::Device),
             Residency::Host { .. } => Some(Tier::Host),
             Residency::Disk(_) => Some(Tier::Disk),
             Residency::InFlight { from } => Some(*from),
-            Residency::Taken => None,
+            Residency::Taken | Residency::Dropped => None,
         }
     }
 }

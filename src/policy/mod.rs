@@ -7,6 +7,7 @@
 //!   reference: what a budget costs in bytes moved, before training.
 //! - The step in windows of ops, each checked against the measured bandwidth.
 //! - When the inner allocator's free pages go back to the driver.
+//! - Whether a victim is moved or dropped to be recomputed ([`RecomputeMode`]).
 //!
 //! Nothing here names a Burn type; everything is unit-tested on synthetic tapes.
 
@@ -14,11 +15,13 @@ pub(crate) mod handoff;
 pub(crate) mod plan;
 pub(crate) mod pool;
 pub(crate) mod prefetch;
+pub(crate) mod recompute;
 pub(crate) mod simulate;
 pub(crate) mod victim;
 pub(crate) mod windows;
 
 pub use plan::{KeyAt, NextUse, PlanKey, UsePlan};
+pub use recompute::RecomputeMode;
 pub use simulate::{Replay, replay};
 pub use victim::{Bandwidth, Candidate, CostAware, Lru, NextUsePolicy, VictimPolicy};
 

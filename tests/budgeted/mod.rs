@@ -45,7 +45,8 @@ pub fn gpt<B: AutodiffBackend>(
 }
 
 /// Trains plain, measures the spilled run's unlimited device peak, then trains at 30% of it
-/// (host tier unlimited, or capped at `host_limit`) and checks results and the peak.
+/// (host tier unlimited, or capped at `host_limit`) and checks results and the peak. Returns the
+/// budgeted run's stats (counters from its start).
 pub fn at_30_percent(
     plain: Trainer,
     spilled: Trainer,
@@ -59,7 +60,8 @@ pub fn at_30_percent(
 }
 
 /// [`at_30_percent`] with the spilled run's config (the budget already in it) shaped by
-/// `shape`: a host limit, a remote tier.
+/// `shape`: a host limit, a remote tier. Returns the budgeted run's stats, its counters counted
+/// from its start.
 pub fn at_30_percent_with(
     plain: Trainer,
     spilled: Trainer,
@@ -125,7 +127,7 @@ pub fn at_30_percent_with(
         stats.peak.device,
         stats.largest_over_budget_op_bytes
     );
-    stats
+    stats.since(&before)
 }
 
 /// The CNN with 4 micro-batches accumulated per optimizer step (burn-optim's

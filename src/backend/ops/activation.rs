@@ -8,12 +8,16 @@ use crate::backend::forward::forward_ops;
 
 impl<B: Backend> ActivationOps<Self> for SpillBackend<B> {
     forward_ops! { ActivationOps;
+        #[recompute]
         fn leaky_relu(tensor: Float, negative_slope: {Scalar}) -> Float;
+        #[recompute]
         fn relu(tensor: Float) -> Float;
         fn relu_backward(output: Float, grad: Float) -> Float;
+        #[recompute]
         fn gelu(tensor: Float) -> Float;
         fn prelu(tensor: Float, alpha: Float) -> Float;
         fn gelu_backward(x: Float, grad: Float) -> Float;
+        #[recompute]
         fn sigmoid(tensor: Float) -> Float;
         fn sigmoid_backward(output: Float, grad: Float) -> Float;
         fn hard_sigmoid(tensor: Float, alpha: {Scalar}, beta: {Scalar}) -> Float;

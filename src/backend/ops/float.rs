@@ -23,22 +23,35 @@ impl<B: Backend> FloatTensorOps<Self> for SpillBackend<B> {
         fn float_into_int(tensor: Float, out_dtype: {IntDType}) -> Int;
         fn float_empty(shape: {Shape}, device: {&B::Device}, dtype: {FloatDType}) -> Float;
         fn float_repeat_dim(tensor: Float, dim: {usize}, times: {usize}) -> Float;
+        #[recompute]
         fn float_add(lhs: Float, rhs: Float) -> Float;
+        #[recompute]
         fn float_add_scalar(lhs: Float, rhs: {Scalar}) -> Float;
+        #[recompute]
         fn float_clamp_min(tensor: Float, min: {Scalar}) -> Float;
+        #[recompute]
         fn float_clamp_max(tensor: Float, max: {Scalar}) -> Float;
+        #[recompute]
         fn float_clamp(tensor: Float, min: {Scalar}, max: {Scalar}) -> Float;
+        #[recompute]
         fn float_sub(lhs: Float, rhs: Float) -> Float;
+        #[recompute]
         fn float_sub_scalar(lhs: Float, rhs: {Scalar}) -> Float;
+        #[recompute]
         fn float_mul(lhs: Float, rhs: Float) -> Float;
+        #[recompute]
         fn float_mul_scalar(lhs: Float, rhs: {Scalar}) -> Float;
+        #[recompute]
         fn float_div(lhs: Float, rhs: Float) -> Float;
+        #[recompute]
         fn float_div_scalar(lhs: Float, rhs: {Scalar}) -> Float;
         fn float_remainder(lhs: Float, rhs: Float) -> Float;
         fn float_remainder_scalar(lhs: Float, rhs: {Scalar}) -> Float;
         fn float_matmul(lhs: Float, rhs: Float) -> Float;
         fn float_cross(lhs: Float, rhs: Float, dim: {usize}) -> Float;
+        #[recompute]
         fn float_neg(tensor: Float) -> Float;
+        #[recompute]
         fn float_recip(tensor: Float) -> Float;
         fn float_transpose(tensor: Float) -> Float;
         fn float_swap_dims(tensor: Float, dim1: {usize}, dim2: {usize}) -> Float;
@@ -53,7 +66,9 @@ impl<B: Backend> FloatTensorOps<Self> for SpillBackend<B> {
         fn float_select_add(tensor: Float, dim: {usize}, indices: Int, value: Float) -> Float;
         fn float_slice(tensor: Float, slices: {&[Slice]}) -> Float;
         fn float_slice_assign(tensor: Float, slices: {&[Slice]}, value: Float) -> Float;
+        #[recompute]
         fn float_mask_where(tensor: Float, mask: Bool, value: Float) -> Float;
+        #[recompute]
         fn float_mask_fill(tensor: Float, mask: Bool, value: {Scalar}) -> Float;
         fn float_equal(lhs: Float, rhs: Float, out_dtype: {BoolDType}) -> Bool;
         fn float_not_equal(lhs: Float, rhs: Float, out_dtype: {BoolDType}) -> Bool;
@@ -79,23 +94,33 @@ impl<B: Backend> FloatTensorOps<Self> for SpillBackend<B> {
         fn float_cumprod(tensor: Float, dim: {usize}) -> Float;
         fn float_cummin(tensor: Float, dim: {usize}) -> Float;
         fn float_cummax(tensor: Float, dim: {usize}) -> Float;
+        #[recompute]
         fn float_cast(tensor: Float, dtype: {FloatDType}) -> Float;
+        #[recompute]
         fn float_exp(tensor: Float) -> Float;
+        #[recompute]
         fn float_log(tensor: Float) -> Float;
+        #[recompute]
         fn float_log1p(tensor: Float) -> Float;
         fn float_powf(lhs: Float, rhs: Float) -> Float;
         fn float_powi(lhs: Float, rhs: Int) -> Float;
         fn float_powi_scalar(lhs: Float, rhs: {Scalar}) -> Float;
         fn float_powi_scalar_impl(lhs: Float, rhs: {Scalar}) -> Float;
+        #[recompute]
         fn float_powf_scalar(tensor: Float, value: {Scalar}) -> Float;
         fn float_powf_scalar_impl(tensor: Float, value: {Scalar}) -> Float;
+        #[recompute]
         fn float_sqrt(tensor: Float) -> Float;
+        #[recompute]
         fn float_abs(tensor: Float) -> Float;
+        #[recompute]
         fn float_cos(tensor: Float) -> Float;
+        #[recompute]
         fn float_sin(tensor: Float) -> Float;
         fn float_tan(tensor: Float) -> Float;
         fn float_cosh(tensor: Float) -> Float;
         fn float_sinh(tensor: Float) -> Float;
+        #[recompute]
         fn float_tanh(tensor: Float) -> Float;
         fn float_acos(tensor: Float) -> Float;
         fn float_acosh(tensor: Float) -> Float;
@@ -108,6 +133,7 @@ impl<B: Backend> FloatTensorOps<Self> for SpillBackend<B> {
         fn float_floor(tensor: Float) -> Float;
         fn float_ceil(tensor: Float) -> Float;
         fn float_trunc(tensor: Float) -> Float;
+        #[recompute]
         fn float_erf(tensor: Float) -> Float;
         fn float_cat(tensors: VecFloat, dim: {usize}) -> Float;
         fn float_argmax(tensor: Float, dim: {usize}, out_dtype: {IntDType}) -> Int;

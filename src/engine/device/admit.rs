@@ -26,6 +26,12 @@ pub struct OpInput {
     pub evictable: bool,
     /// The handle, for the index.
     pub victim: Weak<dyn Spillable>,
+    /// Dropped from the device: it is rebuilt before the op runs, so its bytes count as bytes
+    /// that come back (its `tier` says `Device`).
+    pub dropped: bool,
+    /// Not read by the op itself: an input of a dropped one's recipe, pinned and made
+    /// resident for the rebuild (not a read the plan or the prefetch hit rate counts).
+    pub for_rebuild: bool,
 }
 
 /// One tensor an op produced.
@@ -100,7 +106,8 @@ impl DeviceEngine {
                 input.bytes.hash(&mut hasher);
                 let first = !ids.contains(&input.id);
                 let note = input.evictable.then(|| {
-                    let at = (first && planning).then_some((step, position, slot as u16));
+                    let reads = first && planning && !input.for_rebuild;
+                    let at = reads.then_some((step, position, slot as u16));
                     index.admit_input(
                         input.id,
                         input.bytes,
@@ -114,7 +121,9 @@ impl DeviceEngine {
                     ids.push(input.id);
                     continue;
                 }
-                if let (Some(note), true) = (note, planning) {
+                if input.for_rebuild || input.dropped {
+                    // Rebuilt, not brought back: neither a prefetch hit nor a miss.
+                } else if let (Some(note), true) = (note, planning) {
                     if input.tier != Tier::Device {
                         misses += 1;
                         if let Some(key) = note.key_before.filter(|_| has_plan) {
@@ -132,7 +141,7 @@ impl DeviceEngine {
                     evictable_input_bytes += input.bytes;
                 }
                 largest = largest.max(input.bytes);
-                if input.tier != Tier::Device {
+                if input.tier != Tier::Device || input.dropped {
                     to_restore += input.bytes;
                 }
             }

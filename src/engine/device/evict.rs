@@ -86,6 +86,7 @@ impl DeviceEngine {
     ) -> Eviction {
         let mut tried = FastSet::default();
         let mut evicted = 0u64;
+        let drops = self.drop_context(&self.limits());
         loop {
             let committed = self.device_committed();
             if committed <= target {
@@ -99,6 +100,7 @@ impl DeviceEngine {
                 return Eviction::Stuck;
             }
             let mut moved = Vec::with_capacity(candidates.len());
+            let mut dropped = Vec::new();
             let mut batch: Vec<&Candidate> = Vec::with_capacity(candidates.len());
             tried.reserve(candidates.len());
             let mut batch_bytes = 0u64;
@@ -110,6 +112,17 @@ impl DeviceEngine {
                     break;
                 }
                 tried.insert(c.id);
+                if let Some(drops) = &drops
+                    && self.try_drop(c, drops)
+                {
+                    // No bytes move: the tensor is rebuilt from its recipe when next used.
+                    dropped.push(c.id);
+                    evicted += c.bytes;
+                    if self.device_committed() <= target {
+                        break;
+                    }
+                    continue;
+                }
                 if c.bytes <= BATCH_TENSOR_MAX {
                     // Small tensors go together: one read, one host buffer.
                     batch.push(c);
@@ -141,6 +154,10 @@ impl DeviceEngine {
             let placement = self.placement();
             let mut index = lock(&self.index);
             let mut wasted = Vec::new();
+            for id in dropped {
+                wasted.extend(index.take_unread_prefetch(id));
+                index.mark_dropped(id);
+            }
             for (id, tier) in moved {
                 wasted.extend(index.take_unread_prefetch(id));
                 index.set_tier(id, tier);

@@ -8,9 +8,9 @@
 //!
 //! This file holds the engine's state and configuration; each job is a file of its own:
 //! [`admit`] (one op, before and after `B` runs it), [`settle`] (after an op, and the workers'
-//! jobs), [`prefetch`], [`evict`] (victims and eviction passes), [`moves`] (one slot between
-//! tiers), [`step`] (the step and its plan) and [`limits_cell`] (the limits,
-//! read per op without a lock).
+//! jobs), [`prefetch`], [`evict`] (victims and eviction passes), [`recompute`] (a victim
+//! dropped to be rebuilt instead of moved), [`moves`] (one slot between tiers), [`step`] (the
+//! step and its plan) and [`limits_cell`] (the limits, read per op without a lock).
 //!
 //! Lock order: a tensor's own lock may be held while taking the cold-tier lock, never the
 //! reverse;
@@ -22,6 +22,7 @@ mod evict;
 mod limits_cell;
 mod moves;
 mod prefetch;
+mod recompute;
 mod settle;
 mod step;
 
@@ -46,8 +47,8 @@ use crate::engine::queues::{DeviceQueues, SingleQueue};
 use crate::engine::slot::{TensorId, Tier};
 use crate::engine::transfer::Transfers;
 use crate::fast_hash::FastMap;
-use crate::policy::PolicyKind;
 use crate::policy::plan::{PlanKey, UsePlan};
+use crate::policy::{PolicyKind, RecomputeMode};
 use crate::stats::SpillStats;
 use crate::tape::Recorder;
 
@@ -79,6 +80,8 @@ pub struct Limits {
     pub verify_restores: bool,
     /// Whether spills try the remote tier before the spill file.
     pub remote_first: bool,
+    /// Whether victims may be dropped and rebuilt instead of moved.
+    pub recompute: RecomputeMode,
 }
 
 impl Limits {

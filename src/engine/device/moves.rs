@@ -383,6 +383,7 @@ impl DeviceEngine {
                 self.free_record(&record);
                 Tier::Disk
             }
+            Residency::Dropped => return self.ledger.on_drop_while_dropped(bytes, role),
         };
         self.ledger.on_drop(bytes, role, Some(tier));
     }

@@ -1,0 +1,273 @@
+//! Recipes: how a tensor made by a pure op is rebuilt, bit for bit, after it was dropped from
+//! the device: the op's kernel run again by `B` on the same inputs.
+//!
+//! A recipe is kept only for the rows marked `#[recompute]` in the forwarding tables (pure
+//! elementwise ops: no randomness, no state outside the inputs), and only while the device
+//! may drop victims. It refers to its inputs weakly, so it keeps nothing alive; when the
+//! engine drops the tensor the recipe holds its inputs until the rebuild. An input consumed in
+//! place by a later op is gone by then (its handle was the last one), so the tensor is never
+//! dropped against it.
+
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, Weak};
+use std::time::{Duration, Instant};
+
+use burn_backend::Backend;
+use smallvec::SmallVec;
+
+use super::tensor::{Handle, Primitive, SpillTensor};
+use crate::engine::{RebuildPlan, Residency};
+use crate::policy::recompute::Rebuild;
+
+/// Runs the op again on its inputs' primitives (in argument order).
+pub(crate) type Rerun<B> = Box<dyn Fn(&mut RecipeArgs<B>) -> Primitive<B> + Send + Sync>;
+
+/// The op that made a tensor, to run again.
+pub(crate) struct Recipe<B: Backend> {
+    op: &'static str,
+    /// The tensor arguments, in order (an input read twice is here twice).
+    inputs: SmallVec<[Weak<Handle<B>>; 3]>,
+    /// The inputs, held while the tensor is dropped.
+    held: Mutex<SmallVec<[Arc<Handle<B>>; 3]>>,
+    rerun: Rerun<B>,
+    /// The op's time when it last ran, in nanoseconds.
+    op_nanos: AtomicU64,
+    /// When dropped: how many dropped tensors its inputs depended on then.
+    depth: AtomicU32,
+}
+
+/// The input primitives a [`Rerun`] takes, in argument order.
+pub(crate) struct RecipeArgs<B: Backend> {
+    op: &'static str,
+    primitives: std::vec::IntoIter<Primitive<B>>,
+}
+
+impl<B: Backend> RecipeArgs<B> {
+    fn next(&mut self) -> Primitive<B> {
+        self.primitives.next().unwrap_or_else(|| {
+            panic!(
+                "burn-spill: the recipe of `{}` ran out of inputs; this is a bug in burn-spill",
+                self.op
+            )
+        })
+    }
+
+    fn wrong_kind(&self) -> ! {
+        panic!(
+            "burn-spill: the recipe of `{}` got an input of another kind; this is a bug in burn-spill",
+            self.op
+        )
+    }
+
+    pub(crate) fn float(&mut self) -> B::FloatTensorPrimitive {
+        match self.next() {
+            Primitive::Float(p) => p,
+            _ => self.wrong_kind(),
+        }
+    }
+
+    pub(crate) fn bool(&mut self) -> B::BoolTensorPrimitive {
+        match self.next() {
+            Primitive::Bool(p) => p,
+            _ => self.wrong_kind(),
+        }
+    }
+}
+
+impl<B: Backend> Recipe<B> {
+    pub(crate) fn new(
+        op: &'static str,
+        inputs: SmallVec<[Weak<Handle<B>>; 3]>,
+        rerun: Rerun<B>,
+        took: Duration,
+    ) -> Self {
+        Self {
+            op,
+            inputs,
+            held: Mutex::new(SmallVec::new()),
+            rerun,
+            op_nanos: AtomicU64::new(took.as_nanos().min(u64::MAX as u128) as u64),
+            depth: AtomicU32::new(0),
+        }
+    }
+
+    fn held(&self) -> std::sync::MutexGuard<'_, SmallVec<[Arc<Handle<B>>; 3]>> {
+        self.held.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The inputs while they are alive and hold bytes somewhere (none taken by an op that
+    /// consumed it in place), upgraded; `None` otherwise. Each state is read under its lock
+    /// after the upgrade, and an op decides to consume a handle in place under that lock too,
+    /// by its reference count: so either the op saw this reference, or this sees the input
+    /// taken.
+    fn live_inputs(&self) -> Option<SmallVec<[Arc<Handle<B>>; 3]>> {
+        let mut live = SmallVec::new();
+        for weak in &self.inputs {
+            let input = weak.upgrade()?;
+            if matches!(*input.slot().lock(), Residency::Taken) {
+                return None;
+            }
+            live.push(input);
+        }
+        Some(live)
+    }
+}
+
+impl<B: Backend> Handle<B> {
+    /// The drop decision's view of this tensor's recipe (see [`RebuildPlan`]).
+    pub(super) fn rebuild_plan(&self) -> Option<RebuildPlan> {
+        let recipe = self.recipe()?;
+        let inputs = recipe.live_inputs()?;
+        let mut depth = 0;
+        for input in &inputs {
+            if matches!(*input.slot().lock(), Residency::Dropped)
+                && let Some(theirs) = input.recipe()
+            {
+                depth = depth.max(theirs.depth.load(Ordering::Relaxed) + 1);
+            }
+        }
+        let ids = inputs.iter().map(|i| i.id()).collect();
+        drop(inputs);
+        Some(RebuildPlan {
+            inputs: ids,
+            rebuild: Rebuild {
+                op_time: Duration::from_nanos(recipe.op_nanos.load(Ordering::Relaxed)),
+                depth,
+            },
+        })
+    }
+
+    /// Frees the device bytes and holds the recipe's inputs until the rebuild (see
+    /// [`Spillable::drop_for_rebuild`](crate::engine::Spillable::drop_for_rebuild)).
+    pub(super) fn drop_for_rebuild(&self) -> bool {
+        let Some(recipe) = self.recipe() else {
+            return false;
+        };
+        let Some(inputs) = recipe.live_inputs() else {
+            return false;
+        };
+        let depth = inputs
+            .iter()
+            .filter(|i| matches!(*i.slot().lock(), Residency::Dropped))
+            .filter_map(|i| i.recipe().map(|r| r.depth.load(Ordering::Relaxed) + 1))
+            .max()
+            .unwrap_or(0);
+        // Dropping a lazy backend's primitive may register a free (see `DeviceQueues::exclusive`).
+        let _exclusive = self.engine().queues().exclusive();
+        let Some(mut state) = self.slot().try_lock() else {
+            return false;
+        };
+        if !matches!(*state, Residency::Device(_)) {
+            return false;
+        }
+        let device = std::mem::replace(&mut *state, Residency::Dropped);
+        recipe.depth.store(depth, Ordering::Relaxed);
+        *recipe.held() = inputs;
+        self.engine()
+            .ledger()
+            .on_dropped_for_rebuild(self.bytes, self.role());
+        drop(state);
+        tracing::debug!(target: "burn_spill::engine", id = self.id(), op = recipe.op,
+            bytes = self.bytes, "dropped, to be rebuilt");
+        drop(device);
+        true
+    }
+
+    /// The held inputs of a dropped tensor, for the op that will rebuild it to make resident
+    /// and pin (empty when it is not dropped).
+    pub(super) fn held_inputs(&self) -> SmallVec<[SpillTensor<B>; 3]> {
+        match self.recipe() {
+            Some(recipe) => recipe
+                .held()
+                .iter()
+                .map(|h| SpillTensor::from_handle(h.clone()))
+                .collect(),
+            None => SmallVec::new(),
+        }
+    }
+
+    /// Runs the recipe of a dropped tensor again and puts the result on the device (its
+    /// inputs first made resident, rebuilt themselves if they were dropped). Another thread
+    /// that rebuilt it first wins; this result is then let go.
+    ///
+    /// # Panics
+    /// When an input is gone or the op gives another dtype or shape: a bug, named with the
+    /// tensor, its op and the input.
+    pub(super) fn rebuild(&self) {
+        let Some(recipe) = self.recipe() else {
+            panic!(
+                "burn-spill: tensor {} ({:?} {:?}) was dropped from the device without a recipe \
+                 to rebuild it; this is a bug in burn-spill",
+                self.id(),
+                self.dtype(),
+                self.shape()
+            );
+        };
+        // The held inputs are read under the state's lock, as a drop writes them: a tensor
+        // another thread rebuilt meanwhile is left as it is.
+        let inputs = {
+            let state = self.slot().lock();
+            if !matches!(*state, Residency::Dropped) {
+                return;
+            }
+            recipe.held().clone()
+        };
+        if inputs.len() != recipe.inputs.len() {
+            let missing = recipe
+                .inputs
+                .iter()
+                .position(|w| w.strong_count() == 0)
+                .unwrap_or(inputs.len());
+            panic!(
+                "burn-spill: tensor {} was dropped to be rebuilt by `{}` but input {missing} of \
+                 that op is gone; this is a bug in burn-spill",
+                self.id(),
+                recipe.op
+            );
+        }
+        let primitives: Vec<Primitive<B>> = inputs
+            .iter()
+            .map(|input| SpillTensor::from_handle(input.clone()).with_primitive(Clone::clone))
+            .collect();
+        let exclusive = self.engine().queues().exclusive();
+        let start = Instant::now();
+        let rebuilt = (recipe.rerun)(&mut RecipeArgs {
+            op: recipe.op,
+            primitives: primitives.into_iter(),
+        });
+        let took = start.elapsed();
+        drop(exclusive);
+        self.check_rebuilt(&rebuilt, recipe.op);
+        let mut state = self.slot().lock();
+        let lost_race = if matches!(*state, Residency::Dropped) {
+            *state = Residency::Device(rebuilt);
+            self.engine()
+                .ledger()
+                .on_rebuilt(self.bytes, self.role(), took);
+            None
+        } else {
+            Some(rebuilt)
+        };
+        drop(state);
+        drop(lost_race);
+        recipe.op_nanos.store(
+            took.as_nanos().min(u64::MAX as u128) as u64,
+            Ordering::Relaxed,
+        );
+        // The inputs are the program's again (dropping them may run their handles' drops).
+        let released = std::mem::take(&mut *recipe.held());
+        drop(released);
+        drop(inputs);
+        tracing::debug!(target: "burn_spill::engine", id = self.id(), op = recipe.op,
+            micros = took.as_micros() as u64, "rebuilt");
+        self.after_rebuild();
+    }
+}
+
+/// The inputs an op's scope notes for its recipe: weak references to its tensor arguments.
+pub(crate) type RecipeInputs<B> = SmallVec<[Weak<Handle<B>>; 3]>;
+
+/// Notes `tensor` as the next input of a recipe.
+pub(crate) fn recipe_input<B: Backend>(inputs: &mut RecipeInputs<B>, tensor: &SpillTensor<B>) {
+    inputs.push(tensor.weak_handle());
+}

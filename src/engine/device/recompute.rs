@@ -1,0 +1,93 @@
+//! Dropping a victim to be rebuilt instead of moving it: the memory rule checked against the
+//! plan, the policy's decision asked, the adapter told to drop.
+
+use std::sync::Arc;
+
+use crate::engine::index::Candidate;
+use crate::engine::ledger::Direction;
+use crate::engine::slot::Tier;
+use crate::policy::plan::{NextUse, UsePlan};
+use crate::policy::recompute::{self, RecomputeMode, Victim};
+use crate::policy::victim::Bandwidth;
+
+use super::{DeviceEngine, Limits, lock};
+
+/// What one eviction pass needs to decide drops: read once per pass.
+pub(super) struct DropContext {
+    mode: RecomputeMode,
+    plan: Arc<UsePlan>,
+    step: u64,
+    now: u32,
+    prefetch_window: u32,
+    evict: Bandwidth,
+    restore: Bandwidth,
+}
+
+impl DeviceEngine {
+    /// The context for dropping victims in an eviction pass of the device tier, or `None` when
+    /// nothing may be dropped (swap only, or no plan yet to tell that the inputs stay alive).
+    pub(super) fn drop_context(&self, limits: &Limits) -> Option<DropContext> {
+        if !limits.recompute.may_drop() || !limits.planning() {
+            return None;
+        }
+        let plan = self.plan()?;
+        let (step, now) = self.recorder.position();
+        let moves = self.ledger.moves(Direction::DeviceToHost);
+        Some(DropContext {
+            mode: limits.recompute,
+            plan,
+            step,
+            now,
+            prefetch_window: limits.prefetch_window,
+            evict: Bandwidth::measured(moves.bytes, moves.time, Bandwidth::HOST_DEFAULT),
+            restore: self.restore_bandwidth(Tier::Device),
+        })
+    }
+
+    /// Drops `candidate` from the device if it has a recipe, the memory rule holds and the
+    /// policy prefers rebuilding it to moving it. Returns whether it was dropped (the caller
+    /// marks it in the index).
+    pub(super) fn try_drop(&self, candidate: &Candidate, context: &DropContext) -> bool {
+        let Some(recipe) = candidate.victim.rebuild_plan() else {
+            return false;
+        };
+        let Some(next_use) = self.next_use_if_inputs_outlive_it(candidate, &recipe.inputs, context)
+        else {
+            return false;
+        };
+        let victim = Victim {
+            bytes: candidate.bytes,
+            evict: context.evict,
+            restore: context.restore,
+            restore_hidden: context.prefetch_window > 0 && next_use > context.prefetch_window,
+        };
+        recompute::prefer_recompute(context.mode, &victim, &recipe.rebuild)
+            && candidate.victim.drop_for_rebuild(self)
+    }
+
+    /// The memory rule: the distance to the candidate's next use in this step, if every input
+    /// of its recipe is read again at or after that use (so the program keeps them alive until
+    /// the rebuild, and the recipe holds nothing the program would have let go).
+    fn next_use_if_inputs_outlive_it(
+        &self,
+        candidate: &Candidate,
+        inputs: &[crate::engine::slot::TensorId],
+        context: &DropContext,
+    ) -> Option<u32> {
+        let (plan, step, now) = (&context.plan, context.step, context.now);
+        let index = lock(&self.index);
+        let NextUse::In(distance) = plan.next_use(index.key_of(candidate.id)?, step, now) else {
+            return None;
+        };
+        let rebuilt_at = now.checked_add(distance).filter(|&at| at < plan.len())?;
+        let outlives = |input| {
+            index
+                .key_of(input)
+                .is_some_and(|key| matches!(plan.next_use(key, step, rebuilt_at), NextUse::In(_)))
+        };
+        inputs
+            .iter()
+            .all(|&input| outlives(input))
+            .then_some(distance)
+    }
+}

@@ -1,0 +1,224 @@
+//! Swap or recompute: whether a victim's bytes are moved off the device or dropped, to be
+//! rebuilt from the inputs of the op that made it when it is next used.
+//!
+//! The rule for memory (why a recipe can never hold more than swapping would): a tensor is
+//! dropped only when every input of its recipe is alive now and, by the use plan, still read at
+//! or after the tensor's own next use in this step, so the recipe keeps nothing alive that the
+//! program itself would not keep alive until then. Without a plan nothing is dropped. A dropped
+//! tensor holds its inputs until it is rebuilt or dropped itself (so a plan that was wrong costs
+//! memory, never data), and chains of dropped tensors are at most [`MAX_REBUILD_DEPTH`] deep when
+//! each is dropped.
+
+use std::fmt;
+use std::str::FromStr;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use super::victim::Bandwidth;
+use crate::SpillError;
+
+/// What the engine may do with a victim on the device.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RecomputeMode {
+    /// Always move its bytes to the host or disk (the default until `both` is measured
+    /// better on the benchmarks' models).
+    #[default]
+    Swap,
+    /// Drop every victim that has a recipe whose inputs stay alive, whatever the cost (as DTR
+    /// does); the others are moved.
+    Recompute,
+    /// Per victim, whichever is cheaper: moving its bytes out and back, or rebuilding it.
+    Both,
+}
+
+impl RecomputeMode {
+    /// The names `FromStr` accepts.
+    pub const ACCEPTED: &'static str = "swap, recompute, both";
+
+    /// Whether victims may be dropped at all (so ops keep recipes).
+    pub fn may_drop(self) -> bool {
+        self != RecomputeMode::Swap
+    }
+}
+
+impl fmt::Display for RecomputeMode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            RecomputeMode::Swap => "swap",
+            RecomputeMode::Recompute => "recompute",
+            RecomputeMode::Both => "both",
+        })
+    }
+}
+
+impl FromStr for RecomputeMode {
+    type Err = SpillError;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s.trim().to_ascii_lowercase().replace('-', "_").as_str() {
+            "swap" | "swap_only" => Ok(RecomputeMode::Swap),
+            "recompute" | "recompute_only" | "dtr" => Ok(RecomputeMode::Recompute),
+            "both" | "swap+recompute" | "swap_and_recompute" => Ok(RecomputeMode::Both),
+            _ => Err(SpillError::InvalidValue {
+                field: "recompute",
+                value: s.to_string(),
+                accepted: Self::ACCEPTED,
+            }),
+        }
+    }
+}
+
+/// How deep a chain of dropped tensors may be when one more is dropped: a rebuild runs this
+/// many ops at most before the op that needs it.
+pub const MAX_REBUILD_DEPTH: u32 = 4;
+
+/// What rebuilding one victim costs.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Rebuild {
+    /// The op's own time, as last measured (on an asynchronous backend, its dispatch time).
+    pub op_time: Duration,
+    /// How many dropped tensors its inputs already depend on, itself not counted.
+    pub depth: u32,
+}
+
+/// What the engine knows of a victim when it decides.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Victim {
+    /// Its bytes.
+    pub bytes: u64,
+    /// Moving bytes off the device, as measured.
+    pub evict: Bandwidth,
+    /// Bringing them back, as measured.
+    pub restore: Bandwidth,
+    /// Whether a prefetch will bring it back before its op needs it (its next use is known and
+    /// beyond the prefetch window), so that the restore costs the op nothing.
+    pub restore_hidden: bool,
+}
+
+/// Whether to drop `victim` (to be rebuilt by `rebuild`) rather than move it. The caller has
+/// checked the memory rule (see the module docs).
+pub fn prefer_recompute(mode: RecomputeMode, victim: &Victim, rebuild: &Rebuild) -> bool {
+    if rebuild.depth >= MAX_REBUILD_DEPTH {
+        return false;
+    }
+    match mode {
+        RecomputeMode::Swap => false,
+        RecomputeMode::Recompute => true,
+        RecomputeMode::Both => {
+            let restore = if victim.restore_hidden {
+                0.0
+            } else {
+                victim.restore.seconds(victim.bytes)
+            };
+            let transfer = victim.evict.seconds(victim.bytes) + restore;
+            // A deeper chain may have to rebuild its dropped inputs too: each counts as one
+            // more op of about this one's cost (DTR's neighbourhood, bounded by the depth).
+            let recompute = rebuild.op_time.as_secs_f64() * f64::from(rebuild.depth + 1);
+            recompute < transfer
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn victim(bytes: u64, hidden: bool) -> Victim {
+        let link = Bandwidth {
+            bytes_per_sec: 1e9,
+            latency: Duration::from_micros(10),
+        };
+        Victim {
+            bytes,
+            evict: link,
+            restore: link,
+            restore_hidden: hidden,
+        }
+    }
+
+    fn rebuild(micros: u64, depth: u32) -> Rebuild {
+        Rebuild {
+            op_time: Duration::from_micros(micros),
+            depth,
+        }
+    }
+
+    #[test]
+    fn modes_parse_and_unknown_names_list_the_accepted_ones() {
+        assert_eq!(
+            "swap".parse::<RecomputeMode>().unwrap(),
+            RecomputeMode::Swap
+        );
+        assert_eq!(
+            " Recompute ".parse::<RecomputeMode>().unwrap(),
+            RecomputeMode::Recompute
+        );
+        assert_eq!(
+            "both".parse::<RecomputeMode>().unwrap(),
+            RecomputeMode::Both
+        );
+        let error = "sometimes"
+            .parse::<RecomputeMode>()
+            .unwrap_err()
+            .to_string();
+        assert!(
+            error.contains("sometimes") && error.contains(RecomputeMode::ACCEPTED),
+            "{error}"
+        );
+        for mode in [
+            RecomputeMode::Swap,
+            RecomputeMode::Recompute,
+            RecomputeMode::Both,
+        ] {
+            assert_eq!(mode.to_string().parse::<RecomputeMode>().unwrap(), mode);
+        }
+    }
+
+    #[test]
+    fn swap_never_drops_and_recompute_always_does_within_the_depth() {
+        let big = victim(1 << 30, false);
+        assert!(!prefer_recompute(RecomputeMode::Swap, &big, &rebuild(1, 0)));
+        let tiny = victim(4, true);
+        assert!(prefer_recompute(
+            RecomputeMode::Recompute,
+            &tiny,
+            &rebuild(1_000_000, 0)
+        ));
+        assert!(!prefer_recompute(
+            RecomputeMode::Recompute,
+            &tiny,
+            &rebuild(1, MAX_REBUILD_DEPTH)
+        ));
+    }
+
+    #[test]
+    fn both_takes_the_cheaper_and_counts_a_hidden_restore_as_free() {
+        // 1 MB at 1 GB/s: 1 ms each way, plus 10 us per transfer.
+        let mb = victim(1_000_000, false);
+        assert!(prefer_recompute(
+            RecomputeMode::Both,
+            &mb,
+            &rebuild(1_500, 0)
+        ));
+        assert!(!prefer_recompute(
+            RecomputeMode::Both,
+            &mb,
+            &rebuild(2_500, 0)
+        ));
+        // Only the eviction counts when a prefetch hides the restore.
+        let hidden = victim(1_000_000, true);
+        assert!(!prefer_recompute(
+            RecomputeMode::Both,
+            &hidden,
+            &rebuild(1_500, 0)
+        ));
+        // A chain one deep counts the op twice.
+        assert!(!prefer_recompute(
+            RecomputeMode::Both,
+            &mb,
+            &rebuild(1_500, 1)
+        ));
+    }
+}

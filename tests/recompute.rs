@@ -1,0 +1,255 @@
+//! Recompute instead of swap (`SpillConfig::recompute`): tensors dropped from the device and
+//! rebuilt from their recipes give bit-identical values and gradients, a chain of dropped
+//! tensors is rebuilt recursively, the ledger returns to zero, and real models train
+//! identically at 30% of their peak with Burn's own checkpointing above or not.
+
+#[path = "budgeted/mod.rs"]
+mod budgeted;
+mod common;
+#[path = "../examples/common/small_models.rs"]
+mod small_models;
+
+use budgeted::{at_30_percent_with, cnn, gpt};
+use burn::backend::autodiff::checkpoint::strategy::BalancedCheckpointing;
+use burn::backend::{Autodiff, Flex};
+use burn::tensor::{Distribution, Tensor, TensorData};
+use burn_spill::{PolicyKind, RecomputeMode, SpillBackend, SpillConfig, SpillStats};
+use common::{ExclusiveDevice, Plain, Spill, assert_same_data};
+
+/// A config that drops every victim it may (recompute only), with the plan that the memory
+/// rule needs (a tape-driven policy, prefetching).
+fn dropping(config: SpillConfig) -> SpillConfig {
+    config
+        .policy(PolicyKind::NextUse)
+        .prefetch_window(2)
+        .recompute(RecomputeMode::Recompute)
+}
+
+fn report(what: &str, stats: &SpillStats) {
+    let r = &stats.recompute;
+    eprintln!(
+        "{what}: dropped {} ({} B), rebuilt {} ({} B) in {:?}; moved d->h {} B, h->d {} B",
+        r.dropped,
+        r.dropped_bytes,
+        r.rebuilt,
+        r.rebuilt_bytes,
+        r.rebuild_time,
+        stats.device_to_host.bytes,
+        stats.host_to_device.bytes
+    );
+}
+
+/// One step of a program in which `b = tanh(a)` and `a = exp(x)` are both dropped under a zero
+/// budget: `b` is read first, so rebuilding it rebuilds `a` from `x`; `a` and `x` are read
+/// again after it, so the memory rule lets both be dropped. Returns the reads.
+fn chain_step<B: burn::tensor::backend::Backend>(device: &B::Device) -> Vec<TensorData> {
+    let x = Tensor::<B, 2>::from_data(
+        TensorData::new((0..64).map(|i| i as f32 / 32.0 - 1.0).collect(), [8, 8]),
+        device,
+    );
+    let a = x.clone().exp();
+    let b = a.clone().tanh();
+    // Other work between the producers and the uses, so that they are victims for a while.
+    let filler = x.clone().mul_scalar(3.0).sin();
+    let b_read = b.clone().into_data();
+    let c = (a.clone() + x.clone()).mul(filler.clone());
+    let d = b * a.sqrt();
+    vec![
+        b_read,
+        c.into_data(),
+        d.into_data(),
+        filler.into_data(),
+        x.into_data(),
+    ]
+}
+
+#[test]
+fn a_chain_of_dropped_tensors_is_rebuilt_recursively_and_exactly() {
+    let _device = ExclusiveDevice::take();
+    let device = Default::default();
+    let plain = chain_step::<Plain>(&device);
+    for asynchronous in [false, true] {
+        let config =
+            dropping(SpillConfig::default().device_budget_bytes(0)).asynchronous(asynchronous);
+        Spill::configure(&device, config).unwrap();
+        let before = Spill::stats(&device);
+        for step in 0..4 {
+            Spill::step_begin(&device);
+            let reads = chain_step::<Spill>(&device);
+            Spill::step_end(&device);
+            for (i, (p, s)) in plain.iter().zip(&reads).enumerate() {
+                assert_same_data(
+                    p,
+                    s,
+                    &format!("async {asynchronous}, step {step}, read {i}"),
+                );
+            }
+        }
+        let stats = Spill::stats(&device).since(&before);
+        report(&format!("chain, async {asynchronous}"), &stats);
+        assert!(
+            stats.recompute.dropped >= 2 && stats.recompute.rebuilt >= 2,
+            "async {asynchronous}: the chain was not dropped and rebuilt: {:?}",
+            stats.recompute
+        );
+        assert_eq!(
+            stats.recompute.dropped_now_bytes, 0,
+            "a dropped tensor left counted"
+        );
+        let live = Spill::live(&device);
+        assert_eq!((live.tensors, live.bytes), (0, 0), "tensors left alive");
+        assert_eq!(
+            (
+                stats.resident.device,
+                stats.resident.host,
+                stats.resident.disk
+            ),
+            (0, 0, 0),
+            "bytes left on a tier"
+        );
+    }
+    Spill::configure(&device, SpillConfig::default()).unwrap();
+}
+
+/// The chain under `Autodiff`: gradients through dropped and rebuilt tensors.
+#[test]
+fn gradients_through_dropped_tensors_are_identical() {
+    type PlainAd = Autodiff<Plain>;
+    type SpillAd = Autodiff<Spill>;
+    fn grads<B: burn::tensor::backend::AutodiffBackend>(device: &B::Device) -> Vec<TensorData> {
+        let x = Tensor::<B, 2>::from_data(
+            TensorData::new((0..64).map(|i| i as f32 / 40.0 - 0.8).collect(), [8, 8]),
+            device,
+        )
+        .require_grad();
+        let w = Tensor::<B, 2>::from_data(
+            TensorData::new(
+                (0..64).map(|i| ((i * 7) % 13) as f32 / 13.0).collect(),
+                [8, 8],
+            ),
+            device,
+        )
+        .require_grad();
+        let h = x.clone().matmul(w.clone());
+        let g = burn::tensor::activation::gelu(h.clone());
+        let s = burn::tensor::activation::sigmoid(g.clone() * 0.5 + h.clone());
+        let loss = (s * g).sum();
+        let grads = loss.backward();
+        vec![
+            loss.into_data(),
+            x.grad(&grads).unwrap().into_data(),
+            w.grad(&grads).unwrap().into_data(),
+        ]
+    }
+    let _device = ExclusiveDevice::take();
+    let device = Default::default();
+    let plain = grads::<PlainAd>(&device);
+    Spill::configure(
+        &device,
+        dropping(SpillConfig::default().device_budget_bytes(0)),
+    )
+    .unwrap();
+    let before = Spill::stats(&device);
+    for step in 0..4 {
+        Spill::step_begin(&device);
+        let out = grads::<SpillAd>(&device);
+        Spill::step_end(&device);
+        for (i, (p, s)) in plain.iter().zip(&out).enumerate() {
+            assert_same_data(p, s, &format!("step {step}, output {i}"));
+        }
+    }
+    let stats = Spill::stats(&device).since(&before);
+    report("autodiff", &stats);
+    assert!(
+        stats.recompute.rebuilt > 0,
+        "nothing was rebuilt: {:?}",
+        stats.recompute
+    );
+    let live = Spill::live(&device);
+    assert_eq!((live.tensors, live.bytes), (0, 0), "tensors left alive");
+    Spill::configure(&device, SpillConfig::default()).unwrap();
+}
+
+/// Random ops have no recipe: a tensor made by `random` and read after pressure keeps its
+/// values (it is moved, never rebuilt), while the elementwise op on it may be rebuilt.
+#[test]
+fn random_outputs_are_never_rebuilt() {
+    fn step<B: burn::tensor::backend::Backend>(device: &B::Device) -> Vec<TensorData> {
+        B::seed(device, 7);
+        let r = Tensor::<B, 2>::random([8, 8], Distribution::Uniform(-1.0, 1.0), device);
+        let scaled = r.clone().mul_scalar(2.0);
+        let other = Tensor::<B, 2>::ones([8, 8], device).exp();
+        let first = scaled.clone().into_data();
+        vec![
+            first,
+            (scaled + r.clone()).into_data(),
+            (r * other).into_data(),
+        ]
+    }
+    let _device = ExclusiveDevice::take();
+    let device = Default::default();
+    let plain = step::<Plain>(&device);
+    Spill::configure(
+        &device,
+        dropping(SpillConfig::default().device_budget_bytes(0)),
+    )
+    .unwrap();
+    let before = Spill::stats(&device);
+    for i in 0..4 {
+        Spill::step_begin(&device);
+        let out = step::<Spill>(&device);
+        Spill::step_end(&device);
+        for (k, (p, s)) in plain.iter().zip(&out).enumerate() {
+            assert_same_data(p, s, &format!("step {i}, read {k}"));
+        }
+    }
+    let stats = Spill::stats(&device).since(&before);
+    report("random", &stats);
+    assert!(
+        stats.device_to_host.count > 0,
+        "the random tensor was never moved"
+    );
+    Spill::configure(&device, SpillConfig::default()).unwrap();
+}
+
+type Trained = Autodiff<Flex>;
+type Spilled = Autodiff<SpillBackend<Flex>>;
+
+#[test]
+fn cnn_trains_identically_with_recompute_at_30_percent() {
+    let stats = at_30_percent_with(cnn::<Trained>, cnn::<Spilled>, 8, &dropping);
+    report("cnn", &stats);
+    assert_eq!(stats.recompute.dropped_now_bytes, 0);
+}
+
+#[test]
+fn transformer_trains_identically_with_recompute_at_30_percent() {
+    let stats = at_30_percent_with(gpt::<Trained>, gpt::<Spilled>, 4, &dropping);
+    report("transformer", &stats);
+    assert!(
+        stats.recompute.rebuilt > 0,
+        "the transformer rebuilt nothing: {:?}",
+        stats.recompute
+    );
+}
+
+#[test]
+fn transformer_with_both_swap_and_recompute_trains_identically_at_30_percent() {
+    let both = |config: SpillConfig| dropping(config).recompute(RecomputeMode::Both);
+    let stats = at_30_percent_with(gpt::<Trained>, gpt::<Spilled>, 4, &both);
+    report("transformer, both", &stats);
+}
+
+/// Burn's checkpointing recomputes above burn-spill; burn-spill's drops must not change it.
+#[test]
+fn transformer_with_balanced_checkpointing_and_recompute_trains_identically() {
+    type PlainCheckpointed = Autodiff<Flex, BalancedCheckpointing>;
+    type SpilledCheckpointed = Autodiff<SpillBackend<Flex>, BalancedCheckpointing>;
+    let stats = at_30_percent_with(
+        gpt::<PlainCheckpointed>,
+        gpt::<SpilledCheckpointed>,
+        4,
+        &dropping,
+    );
+    report("transformer, balanced checkpointing", &stats);
+}
