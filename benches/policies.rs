@@ -23,6 +23,9 @@
 //!   ahead of need.
 //! - Every loss of the spilled run is compared bit for bit with the plain run.
 //!
+//! A second table compares swap only, recompute only and both (`SpillConfig::recompute`) at 50%
+//! and 30% under `next_use`: step time, bytes moved and the rebuilds per step with their time.
+//!
 //! Criterion also times the CNN step on plain Flex and under each policy at 50%.
 
 #[path = "../examples/common/small_models.rs"]
@@ -37,7 +40,7 @@ use burn::optim::{Adam, AdamConfig, GradientsParams, Optimizer};
 use burn::tensor::backend::AutodiffBackend;
 use burn::tensor::{ElementConversion, Tensor};
 use burn_spill::policy::replay;
-use burn_spill::{PolicyKind, SpillBackend, SpillConfig};
+use burn_spill::{PolicyKind, RecomputeMode, SpillBackend, SpillConfig};
 use criterion::Criterion;
 use small_models::{SmallCnn, TinyGpt, cnn_batch, gpt_batch};
 
@@ -48,6 +51,12 @@ type Spill = SpillBackend<Flex>;
 const BUDGETS_PERCENT: [u64; 4] = [100, 75, 50, 30];
 const POLICIES: [PolicyKind; 3] = [PolicyKind::Lru, PolicyKind::NextUse, PolicyKind::CostAware];
 const WARM_UP_STEPS: usize = 5;
+const RECOMPUTE_BUDGETS_PERCENT: [u64; 2] = [50, 30];
+const RECOMPUTE_MODES: [RecomputeMode; 3] = [
+    RecomputeMode::Swap,
+    RecomputeMode::Recompute,
+    RecomputeMode::Both,
+];
 
 /// A model the bench can train: its loss on step `step`'s batch and its learning rate.
 trait Trained<B: AutodiffBackend>: AutodiffModule<B> + Clone {
@@ -157,6 +166,7 @@ struct Row {
     model: &'static str,
     percent: u64,
     policy: PolicyKind,
+    recompute: RecomputeMode,
     ratio: f64,
     moved: u64,
     min: u64,
@@ -164,15 +174,27 @@ struct Row {
     min_at_threshold: u64,
     simulated: u64,
     hit_rate: Option<f64>,
+    /// Rebuilds per measured step, and their time per step.
+    rebuilt: f64,
+    rebuild_time: Duration,
 }
 
-fn measure<M>(percent: u64, policy: PolicyKind, peak: u64, rounds: usize) -> Row
+fn measure<M>(
+    percent: u64,
+    policy: PolicyKind,
+    recompute: RecomputeMode,
+    peak: u64,
+    rounds: usize,
+) -> Row
 where
     M: Trained<Spilled> + TrainedPair,
 {
     let device = Default::default();
     let budget = peak * percent / 100;
-    let config = M::config().policy(policy).device_budget_bytes(budget);
+    let config = M::config()
+        .policy(policy)
+        .recompute(recompute)
+        .device_budget_bytes(budget);
     let threshold = (budget as f64 * config.get_spill_threshold()) as u64;
     Spill::configure(&device, config).unwrap();
     let mut plain = Trainer::<Plain, M::Plain>::new(7);
@@ -202,10 +224,14 @@ where
     let simulated = replay(&tape, budget, policy).bytes_moved();
     let hits = after.prefetch_hits - before.prefetch_hits;
     let misses = after.prefetch_misses - before.prefetch_misses;
+    let rebuilds = after.recompute.since(&before.recompute);
     Row {
         model: M::NAME,
         percent,
         policy,
+        recompute,
+        rebuilt: rebuilds.rebuilt as f64 / rounds as f64,
+        rebuild_time: rebuilds.rebuild_time / rounds as u32,
         ratio: median(ratios),
         moved: after.last_step.map_or(0, |s| s.bytes_moved()),
         min,
@@ -236,10 +262,59 @@ where
     let mut rows = Vec::new();
     for percent in BUDGETS_PERCENT {
         for policy in POLICIES {
-            rows.push(measure::<M>(percent, policy, peak, rounds));
+            rows.push(measure::<M>(
+                percent,
+                policy,
+                RecomputeMode::Swap,
+                peak,
+                rounds,
+            ));
         }
     }
     rows
+}
+
+/// Swap only, recompute only and both, under the tape-driven policy, where memory binds.
+fn recompute_rows_for<M>(rounds: usize) -> Vec<Row>
+where
+    M: Trained<Spilled> + TrainedPair,
+{
+    let peak = plain_peak::<M>();
+    let mut rows = Vec::new();
+    for percent in RECOMPUTE_BUDGETS_PERCENT {
+        for mode in RECOMPUTE_MODES {
+            rows.push(measure::<M>(
+                percent,
+                PolicyKind::NextUse,
+                mode,
+                peak,
+                rounds,
+            ));
+        }
+    }
+    rows
+}
+
+fn print_recompute_summary(rows: &[Row]) {
+    println!();
+    println!(
+        "| model | budget | recompute | step time vs plain | bytes moved / step | rebuilds / step | rebuild time / step | prefetch hits |"
+    );
+    println!("| --- | --- | --- | --- | --- | --- | --- | --- |");
+    for r in rows {
+        println!(
+            "| {} | {}% | {} | {:.3} | {} | {:.1} | {:.1} us | {} |",
+            r.model,
+            r.percent,
+            r.recompute,
+            r.ratio,
+            r.moved,
+            r.rebuilt,
+            r.rebuild_time.as_secs_f64() * 1e6,
+            r.hit_rate
+                .map_or("-".into(), |h| format!("{:.1}%", h * 100.0)),
+        );
+    }
 }
 
 fn ratio_of(moved: u64, min: u64) -> String {
@@ -307,7 +382,10 @@ fn main() {
     }
     let mut rows = rows_for::<SmallCnn<Spilled>>(rounds);
     rows.extend(rows_for::<TinyGpt<Spilled>>(rounds));
+    let mut recompute_rows = recompute_rows_for::<SmallCnn<Spilled>>(rounds);
+    recompute_rows.extend(recompute_rows_for::<TinyGpt<Spilled>>(rounds));
     Spill::configure(&Default::default(), SpillConfig::default()).unwrap();
     print_summary(&rows);
+    print_recompute_summary(&recompute_rows);
     criterion.final_summary();
 }

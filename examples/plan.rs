@@ -32,7 +32,7 @@ use std::str::FromStr;
 
 use burn_spill::plan::{self, DryRun, SWEEP_FRACTIONS};
 use burn_spill::tape::StepTape;
-use burn_spill::{DeviceBudget, PolicyKind, Preset, SpillConfig, parse_bytes};
+use burn_spill::{DeviceBudget, PolicyKind, Preset, RecomputeMode, SpillConfig, parse_bytes};
 use usage::exit_usage;
 
 /// Predict peak memory, bytes moved and step time of a recorded step under a budget on a
@@ -85,6 +85,11 @@ struct Cli {
     /// The victim policy (default: the preset's): lru, next_use or cost_aware.
     #[arg(long, value_parser = parse_policy)]
     policy: Option<PolicyKind>,
+
+    /// Whether victims are moved or dropped and rebuilt: swap, recompute or both (default:
+    /// swap).
+    #[arg(long, value_parser = parse_recompute, default_value = "swap")]
+    recompute: RecomputeMode,
 
     /// How many ops ahead spilled tensors are brought back (default: the preset's).
     #[arg(long)]
@@ -158,6 +163,15 @@ fn parse_preset(value: &str) -> Result<Preset, String> {
         .map_err(|_| format!("`{value}` is not a preset; accepted: {}", Preset::ACCEPTED))
 }
 
+fn parse_recompute(value: &str) -> Result<RecomputeMode, String> {
+    RecomputeMode::from_str(value).map_err(|_| {
+        format!(
+            "`{value}` is not a recompute mode; accepted: {}",
+            RecomputeMode::ACCEPTED
+        )
+    })
+}
+
 fn parse_policy(value: &str) -> Result<PolicyKind, String> {
     PolicyKind::from_str(value).map_err(|_| {
         format!(
@@ -203,7 +217,9 @@ fn read_tape(path: &Path) -> StepTape {
 }
 
 fn config(cli: &Cli) -> SpillConfig {
-    let mut config = SpillConfig::preset(cli.preset).asynchronous(!cli.sync);
+    let mut config = SpillConfig::preset(cli.preset)
+        .asynchronous(!cli.sync)
+        .recompute(cli.recompute);
     if let Some(policy) = cli.policy {
         config = config.policy(policy);
     }

@@ -3,8 +3,8 @@
 # and a GPT of about 125M parameters (12 layers, d_model 768, vocab 50257, 256 tokens), each
 # recorded at batch 2 and 4 on Flex (f32) with a budget that never binds. Then, on a device
 # profile (default h200-pcie5): the predicted overhead at 50%, 33% and 25% of the step's peak
-# for every policy and three prefetch windows, and the largest batch within 10% overhead at
-# a budget of 40 GiB. (Not batch 1: autodiff skips the reductions over a batch of one, so the
+# for every policy and three prefetch windows, and for swap only, recompute only and both
+# (cost_aware, window 512); and the largest batch within 10% overhead at a budget of 40 GiB. (Not batch 1: autodiff skips the reductions over a batch of one, so the
 # program differs.) Recording takes a few minutes on two cores; tapes go to target/plan/.
 #
 #   scripts/plan-gpu-scale.sh [DEVICE]
@@ -44,6 +44,15 @@ for model in resnet transformer; do
                 | awk 'NR>=3 && NR<=5 { n = 0; for (i = 1; i <= NF; i++) if ($i ~ /%$/) p[++n] = $i;
                                          printf "%s: %s  ", p[1], p[2] } END { print "" }'
         done
+    done
+    echo "## $model on $device: swap only, recompute only and both (cost_aware, window 512)"
+    for mode in swap recompute both; do
+        printf '%-10s ' "$mode"
+        ./target/release/examples/plan "$out/$model-b2.json" --device "$device" --sweep \
+            --fractions 50,33,25 --svg "$out/$model-$mode.svg" --preset "$preset" \
+            --policy cost_aware --prefetch-window 512 --recompute "$mode" \
+            | awk 'NR>=3 && NR<=5 { n = 0; for (i = 1; i <= NF; i++) if ($i ~ /%$/) p[++n] = $i;
+                                     printf "%s: %s (%s rebuilds)  ", p[1], p[2], $(NF-2) } END { print "" }'
     done
     echo "## $model: the largest batch within 10% overhead at 40 GiB (cost_aware, window 512)"
     ./target/release/examples/plan "$out/$model-b2.json" "$out/$model-b4.json" --batches 2,4 \

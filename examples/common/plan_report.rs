@@ -51,7 +51,7 @@ pub fn table(runs: &[DryRun]) -> String {
     );
     let _ = writeln!(
         out,
-        "{:>10} {:>7} {:>10} {:>10} {:>9} {:>10} {:>10} {:>10} {:>10} {:>10} {:>9}",
+        "{:>10} {:>7} {:>10} {:>10} {:>9} {:>10} {:>10} {:>10} {:>10} {:>10} {:>9} {:>8} {:>10}",
         "budget",
         "of peak",
         "step",
@@ -62,7 +62,9 @@ pub fn table(runs: &[DryRun]) -> String {
         "to device",
         "disk",
         "MIN moves",
-        "saturated"
+        "saturated",
+        "rebuilds",
+        "rebuilding"
     );
     for r in runs {
         let s = &r.simulated;
@@ -81,7 +83,7 @@ pub fn table(runs: &[DryRun]) -> String {
         };
         let _ = writeln!(
             out,
-            "{:>10} {:>7} {:>10} {:>10} {:>8.1}% {:>10} {:>10} {:>10} {:>10} {:>10} {:>9}",
+            "{:>10} {:>7} {:>10} {:>10} {:>8.1}% {:>10} {:>10} {:>10} {:>10} {:>10} {:>9} {:>8} {:>10}",
             budget,
             of_peak,
             millis(s.step_seconds),
@@ -93,6 +95,8 @@ pub fn table(runs: &[DryRun]) -> String {
             bytes(s.traffic.device_to_disk + s.traffic.disk_to_device),
             bytes(r.belady_min_bytes),
             format!("{}/{}", s.saturated_windows, s.windows),
+            s.rebuilds,
+            millis(s.rebuild_seconds),
         );
     }
     out

@@ -162,6 +162,10 @@ impl<B: Backend> OpScope<B> {
     /// The scope of a pure op (a `#[recompute]` row), whose output may be rebuilt by running
     /// it again.
     pub(crate) fn recomputable(name: &'static str) -> Self {
+        debug_assert!(
+            crate::policy::recompute::is_recomputable(name),
+            "`{name}` is marked #[recompute] but not in RECOMPUTABLE_OPS"
+        );
         let mut scope = Self::new(name);
         scope.recomputable = true;
         scope

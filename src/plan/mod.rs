@@ -137,6 +137,7 @@ pub fn dry_run_over_budget(
         policy: config.get_policy(),
         prefetch_window: u32::try_from(config.get_prefetch_window()).unwrap_or(u32::MAX),
         asynchronous: config.is_asynchronous(),
+        recompute: config.get_recompute(),
     };
     let unlimited = simulate(
         tape,

@@ -41,6 +41,7 @@ use crate::policy::PolicyKind;
 use crate::policy::handoff::{self, MoveHistory};
 use crate::policy::plan::{KeyAt, NextUse, PlanKey, UsePlan, keys_and_uses, positions_of};
 use crate::policy::prefetch as decide;
+use crate::policy::recompute::{self, Rebuild, RecomputeMode, Victim};
 use crate::policy::victim::{self, Bandwidth, Candidate};
 use crate::tape::StepTape;
 
@@ -55,6 +56,7 @@ pub(crate) struct Settings {
     pub policy: PolicyKind,
     pub prefetch_window: u32,
     pub asynchronous: bool,
+    pub recompute: RecomputeMode,
 }
 
 /// Bytes moved in each direction.
@@ -110,6 +112,12 @@ pub struct Simulated {
     pub saturated_windows: u32,
     /// Windows of the step.
     pub windows: u32,
+    /// Tensors dropped from the device to be rebuilt instead of moved.
+    pub drops: u64,
+    /// Rebuilds: producing ops run again before the op that needed their output.
+    pub rebuilds: u64,
+    /// Seconds the stream spent on rebuilds (also in `compute_seconds`).
+    pub rebuild_seconds: f64,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -127,6 +135,8 @@ enum Place {
         done: f64,
         from_op: usize,
     },
+    /// Dropped, to be rebuilt by its producing op when next used (no bytes anywhere).
+    Dropped,
 }
 
 /// The link and disk queues: when each is free.
@@ -192,6 +202,10 @@ struct Sim<'a> {
     clock: f64,
     learnt: Learnt,
     moved_per_op: Vec<u64>,
+    /// Per tensor made by a pure op: that op's index (its recipe).
+    recipes: HashMap<TensorId, usize>,
+    /// Per dropped tensor: how many dropped tensors its recipe depended on when dropped.
+    drop_depth: HashMap<TensorId, u32>,
     out: Simulated,
 }
 
@@ -220,6 +234,20 @@ pub(crate) fn simulate(
         result = sim.finish();
     }
     result
+}
+
+/// The tensors made by pure ops (whose outputs keep a recipe in the engine), with the index
+/// of the op that made each.
+fn recipes(tape: &StepTape) -> HashMap<TensorId, usize> {
+    tape.tensors
+        .iter()
+        .filter_map(|t| {
+            let op = t.producer?.op as usize;
+            let made_by = tape.ops.get(op)?;
+            let single = made_by.outputs.len() == 1;
+            (single && recompute::is_recomputable(&made_by.name)).then_some((t.id, op))
+        })
+        .collect()
 }
 
 /// Runs of the step simulated before the one reported: enough for leads to settle.
@@ -283,6 +311,12 @@ impl<'a> Sim<'a> {
             clock: 0.0,
             learnt,
             moved_per_op: vec![0; tape.ops.len()],
+            recipes: if settings.recompute.may_drop() {
+                recipes(tape)
+            } else {
+                HashMap::new()
+            },
+            drop_depth: HashMap::new(),
             out: Simulated::default(),
         }
     }
@@ -336,7 +370,7 @@ impl<'a> Sim<'a> {
                     }
                 }
                 Place::Host => self.host += t.bytes,
-                Place::Disk => {}
+                Place::Disk | Place::Dropped => {}
             }
             if matches!(place, Place::Leaving { .. } | Place::Arriving { .. }) {
                 self.in_flight.push(t.id);
@@ -381,6 +415,10 @@ impl<'a> Sim<'a> {
                         done: shift(done),
                         from_op: 0,
                     },
+                    // Its recipe's inputs are this step's: the next one cannot rebuild it. The
+                    // memory rule only drops tensors used again in the same step, so this is
+                    // the rare tensor whose use the plan mispredicted; it starts there as spilled.
+                    Place::Dropped => Place::Host,
                     other => other,
                 };
                 Some((*source, place))
@@ -477,9 +515,10 @@ impl<'a> Sim<'a> {
                 }
             }
             Some(Place::Host) => self.host -= bytes,
-            Some(Place::Disk) | None => {}
+            Some(Place::Disk | Place::Dropped) | None => {}
         }
         self.prefetched.remove(&id);
+        self.drop_depth.remove(&id);
     }
 
     /// The earliest time both a link direction is free and `after` has passed, and how long
@@ -653,9 +692,103 @@ impl<'a> Sim<'a> {
             if self.device - self.leaving <= target {
                 break;
             }
+            if self.try_drop(id, now) {
+                continue;
+            }
             freed_at = freed_at.max(self.evict(id, after, op));
         }
         freed_at
+    }
+
+    /// The engine's drop decision for a victim (see `engine/device/recompute.rs`): it has a
+    /// recipe, the memory rule holds (its next use is in this step and every input of the
+    /// recipe is read at or after it) and the policy prefers a rebuild to a move. A dropped
+    /// tensor's bytes are free at once.
+    fn try_drop(&mut self, id: TensorId, now: u32) -> bool {
+        let Some(&producer) = self.recipes.get(&id) else {
+            return false;
+        };
+        let NextUse::In(distance) = self.next_use(id, now) else {
+            return false;
+        };
+        let Some(rebuilt_at) = now.checked_add(distance).filter(|&at| at < self.plan.len()) else {
+            return false;
+        };
+        let inputs = &self.tape.ops[producer].inputs;
+        let mut depth = 0;
+        for input in inputs {
+            let alive = self.place.contains_key(input)
+                && matches!(self.next_use(*input, rebuilt_at), NextUse::In(_));
+            if !alive {
+                return false;
+            }
+            if let Some(d) = self.drop_depth.get(input) {
+                depth = depth.max(d + 1);
+            }
+        }
+        let evict = Bandwidth {
+            bytes_per_sec: self.profile.device_to_host_gb_per_s * 1e9,
+            latency: std::time::Duration::from_secs_f64(self.profile.transfer_latency_us * 1e-6),
+        };
+        let restore = Bandwidth {
+            bytes_per_sec: self.profile.host_to_device_gb_per_s * 1e9,
+            ..evict
+        };
+        let bytes = self.size(id);
+        let victim = Victim {
+            bytes,
+            evict,
+            restore,
+            restore_hidden: self.settings.prefetch_window > 0
+                && distance > self.settings.prefetch_window,
+        };
+        let rebuild = Rebuild {
+            op_time: duration(self.op_seconds[producer]),
+            depth,
+        };
+        if !recompute::prefer_recompute(self.settings.recompute, &victim, &rebuild) {
+            return false;
+        }
+        self.device -= bytes;
+        self.prefetched.remove(&id);
+        self.place.insert(id, Place::Dropped);
+        self.drop_depth.insert(id, depth);
+        self.out.drops += 1;
+        true
+    }
+
+    /// Makes a dropped `id` resident again before op `op`: its recipe's inputs first (restored,
+    /// or rebuilt in turn), then its producer on the stream. Returns when its inputs are ready
+    /// and the seconds the rebuilds take on the stream; `pinned` gains the recipe's inputs.
+    fn rebuild(
+        &mut self,
+        id: TensorId,
+        op: usize,
+        pinned: &mut HashSet<TensorId>,
+        to_restore: &mut Vec<(TensorId, f64)>,
+        ready: &mut f64,
+    ) -> f64 {
+        let producer = self.recipes[&id];
+        let mut seconds = self.op_seconds[producer];
+        for &input in &self.tape.ops[producer].inputs.clone() {
+            if !pinned.insert(input) {
+                continue;
+            }
+            match self.place.get(&input).copied() {
+                Some(Place::Dropped) => {
+                    seconds += self.rebuild(input, op, pinned, to_restore, ready);
+                }
+                Some(Place::Host | Place::Disk) => to_restore.push((input, self.clock)),
+                Some(Place::Leaving { done, .. }) => to_restore.push((input, done)),
+                Some(Place::Arriving { done, .. }) => *ready = ready.max(done),
+                Some(Place::Device) | None => {}
+            }
+        }
+        self.grow(self.size(id));
+        self.place.insert(id, Place::Device);
+        self.drop_depth.remove(&id);
+        self.out.rebuilds += 1;
+        seconds
     }
 
     fn run_op(&mut self, i: usize) {
@@ -671,7 +804,7 @@ impl<'a> Sim<'a> {
             }
             seen
         };
-        let pinned: HashSet<TensorId> = inputs.iter().copied().collect();
+        let mut pinned: HashSet<TensorId> = inputs.iter().copied().collect();
         let new_outputs: u64 = op
             .outputs
             .iter()
@@ -682,8 +815,13 @@ impl<'a> Sim<'a> {
         let mut ready = self.clock;
         let mut room_at = self.clock;
         let mut to_restore = Vec::new();
+        let mut rebuild_seconds = 0.0;
         for &id in &inputs {
             match self.place.get(&id).copied() {
+                Some(Place::Dropped) => {
+                    rebuild_seconds +=
+                        self.rebuild(id, i, &mut pinned, &mut to_restore, &mut ready);
+                }
                 Some(Place::Device) => {
                     if self.prefetched.remove(&id) {
                         self.out.prefetch_hits += 1;
@@ -737,8 +875,10 @@ impl<'a> Sim<'a> {
         self.retire(ready, i);
         let start = ready.max(self.clock);
         self.out.stall_seconds += start - self.clock;
-        self.out.compute_seconds += self.op_seconds[i];
-        self.clock = start + self.op_seconds[i];
+        // The rebuilds run on the stream before the op, once their inputs are in.
+        self.out.rebuild_seconds += rebuild_seconds;
+        self.out.compute_seconds += self.op_seconds[i] + rebuild_seconds;
+        self.clock = start + rebuild_seconds + self.op_seconds[i];
         for id in &op.outputs {
             if !self.place.contains_key(id) {
                 self.grow(self.size(*id));
@@ -946,6 +1086,7 @@ mod tests {
             policy: PolicyKind::NextUse,
             prefetch_window: 8,
             asynchronous: false,
+            recompute: RecomputeMode::Swap,
         };
         let learnt = Learnt::default();
         let mut sim = Sim::new(&t, &profile, &plan, &op_seconds, &gaps, settings, learnt);

@@ -2,7 +2,7 @@
 
 use super::*;
 use crate::tape::{DropRecord, OpRecord, Producer, TensorRecord};
-use crate::{PolicyKind, TensorRole};
+use crate::{PolicyKind, RecomputeMode, TensorRole};
 
 const MIB: u64 = 1 << 20;
 
@@ -389,4 +389,122 @@ fn the_median_tape_takes_each_op_at_its_median() {
     other.ops.pop();
     assert!(median_tape(&[m, other]).is_err());
     assert!(median_tape(&[]).is_err());
+}
+
+/// `b = exp(a)` is made first and read last, beside `a`, which is read just before it too:
+/// under a budget that cannot hold both across the chain in the middle, `b` is the victim used
+/// furthest away, and the simulation may drop it (its recipe's input outlives its next use) and
+/// rebuild it at the end instead of moving it.
+fn rebuild_at_the_end() -> StepTape {
+    let size = 8 * MIB;
+    tape(
+        &[
+            ("float_exp", &[1], &[2]),
+            ("float_exp", &[3], &[4]),
+            ("float_exp", &[4], &[5]),
+            ("float_add", &[5, 3], &[6]),
+            ("float_add", &[6, 1], &[7]),
+            ("float_add", &[2, 1], &[8]),
+            ("float_add", &[8, 7], &[9]),
+        ],
+        &[
+            (1, size),
+            (2, size),
+            (3, size),
+            (4, size),
+            (5, size),
+            (6, size),
+            (7, size),
+            (8, size),
+            (9, size),
+        ],
+        &[
+            (4, 3),
+            (3, 4),
+            (5, 4),
+            (6, 5),
+            (1, 6),
+            (2, 6),
+            (7, 7),
+            (8, 7),
+        ],
+    )
+}
+
+#[test]
+fn recompute_drops_and_rebuilds_within_the_budget_and_moves_less() {
+    let t = rebuild_at_the_end();
+    let mut p = slow_device();
+    // Memory far faster than the link, as on a GPU: a rebuild is cheap next to a round trip.
+    p.hbm_gb_per_s = 100.0;
+    let budget = 32 * MIB;
+    let with = |mode| {
+        let run = dry_run(&t, &p, &config(budget).recompute(mode)).unwrap();
+        run.simulated
+    };
+    let swap = with(RecomputeMode::Swap);
+    let recompute = with(RecomputeMode::Recompute);
+    let both = with(RecomputeMode::Both);
+    assert_eq!((swap.drops, swap.rebuilds), (0, 0), "{swap:?}");
+    assert!(swap.traffic.total() > 0, "the budget binds: {swap:?}");
+    for sim in [&recompute, &both] {
+        assert!(sim.drops > 0 && sim.rebuilds == sim.drops, "{sim:?}");
+        assert!(sim.device_peak <= budget, "{sim:?}");
+        assert_eq!(sim.over_budget_ops, 0, "{sim:?}");
+        assert!(
+            sim.traffic.total() < swap.traffic.total(),
+            "{sim:?} vs {swap:?}"
+        );
+        assert!(sim.rebuild_seconds > 0.0);
+    }
+    assert!(
+        both.step_seconds < swap.step_seconds,
+        "both {} vs swap {}",
+        both.step_seconds,
+        swap.step_seconds
+    );
+}
+
+#[test]
+fn recompute_leaves_tensors_of_impure_ops_and_dead_inputs_alone() {
+    let p = slow_device();
+    let budget = 32 * MIB;
+    // `b`'s producer renamed to a random op: it has no recipe.
+    let mut random = rebuild_at_the_end();
+    random.ops[0].name = "float_random".into();
+    let run = dry_run(
+        &random,
+        &p,
+        &config(budget).recompute(RecomputeMode::Recompute),
+    )
+    .unwrap();
+    assert_eq!(run.simulated.drops, 0, "{:?}", run.simulated);
+    // `b = exp(a)` with `a` gone right after: the recipe would keep `a` alive, so `b` moves.
+    let size = 8 * MIB;
+    let dead = tape(
+        &[
+            ("float_exp", &[1], &[2]),
+            ("float_random", &[], &[3]),
+            ("float_matmul", &[3, 3], &[4]),
+            ("float_matmul", &[4, 3], &[6]),
+            ("float_add", &[2, 6], &[5]),
+        ],
+        &[
+            (1, size),
+            (2, size),
+            (3, size),
+            (4, size),
+            (5, size),
+            (6, size),
+        ],
+        &[(1, 1), (4, 4), (3, 4), (2, 5), (6, 5)],
+    );
+    let run = dry_run(
+        &dead,
+        &p,
+        &config(24 * MIB).recompute(RecomputeMode::Recompute),
+    )
+    .unwrap();
+    assert_eq!(run.simulated.drops, 0, "{:?}", run.simulated);
+    assert!(run.simulated.traffic.total() > 0, "{:?}", run.simulated);
 }

@@ -70,6 +70,48 @@ impl FromStr for RecomputeMode {
     }
 }
 
+/// The ops whose outputs keep a recipe: pure elementwise ops (no randomness, no state outside
+/// their inputs), named as Burn's ops traits name them. The forwarding tables mark exactly
+/// these rows `#[recompute]` (checked when a marked op runs), and the planner's simulation
+/// reads the list to know which of a tape's tensors could be rebuilt.
+pub const RECOMPUTABLE_OPS: [&str; 30] = [
+    "float_add",
+    "float_add_scalar",
+    "float_clamp_min",
+    "float_clamp_max",
+    "float_clamp",
+    "float_sub",
+    "float_sub_scalar",
+    "float_mul",
+    "float_mul_scalar",
+    "float_div",
+    "float_div_scalar",
+    "float_neg",
+    "float_recip",
+    "float_mask_where",
+    "float_mask_fill",
+    "float_cast",
+    "float_exp",
+    "float_log",
+    "float_log1p",
+    "float_powf_scalar",
+    "float_sqrt",
+    "float_abs",
+    "float_cos",
+    "float_sin",
+    "float_tanh",
+    "float_erf",
+    "relu",
+    "gelu",
+    "sigmoid",
+    "leaky_relu",
+];
+
+/// Whether the op named `name` keeps a recipe for its output.
+pub fn is_recomputable(name: &str) -> bool {
+    RECOMPUTABLE_OPS.contains(&name)
+}
+
 /// How deep a chain of dropped tensors may be when one more is dropped: a rebuild runs this
 /// many ops at most before the op that needs it.
 pub const MAX_REBUILD_DEPTH: u32 = 4;
