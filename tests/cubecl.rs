@@ -212,6 +212,38 @@ fn training_is_exact<I: Backend>(model: Model) -> Vec<(String, SpillStats)> {
     all
 }
 
+/// Training at 30% with victims dropped and rebuilt from their recipes (recompute only, under
+/// `next_use` with the preset's prefetch), synchronous and asynchronous: a rebuild runs the
+/// kernel again on the op thread's stream, and a drop on a worker frees on that stream too.
+fn training_with_recompute_is_exact<I: Backend>(model: Model) {
+    let device = I::Device::default();
+    let _reset = Reset::<I>(device.clone());
+    let plain = train::<I>(model, &device, || {});
+    let budget = unlimited_peak::<I>(model, &device) * 3 / 10;
+    let preset = match model {
+        Model::Cnn => SpillConfig::cnn(),
+        Model::Gpt => SpillConfig::transformer(),
+    };
+    for asynchronous in [true, false] {
+        let what = format!("{model:?} at 30% ({budget} B), recompute, async {asynchronous}");
+        let config = preset
+            .clone()
+            .policy(PolicyKind::NextUse)
+            .recompute(burn_spill::RecomputeMode::Recompute)
+            .device_budget_bytes(budget)
+            .asynchronous(asynchronous);
+        SpillBackend::<I>::configure(&device, config).unwrap();
+        let before = SpillBackend::<I>::stats(&device);
+        let spilled =
+            train::<SpillBackend<I>>(model, &device, || SpillBackend::<I>::step_begin(&device));
+        SpillBackend::<I>::step_end(&device);
+        let stats = SpillBackend::<I>::stats(&device).since(&before);
+        assert_identical(&plain, &spilled, &what);
+        assert_eq!(stats.recompute.dropped_now_bytes, 0, "{what}");
+        eprintln!("{what}: {:?}", stats.recompute);
+    }
+}
+
 // ---------------------------------------------------------------------------------------------
 // Random op programs.
 // ---------------------------------------------------------------------------------------------
@@ -915,6 +947,15 @@ macro_rules! cubecl_suite {
                 }
                 let _lock = exclusive();
                 training_is_exact::<$backend>(Model::Gpt);
+            }
+
+            #[test]
+            fn gpt_trains_bit_identically_with_recompute() {
+                if skip() {
+                    return;
+                }
+                let _lock = exclusive();
+                training_with_recompute_is_exact::<$backend>(Model::Gpt);
             }
 
             #[test]

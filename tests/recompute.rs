@@ -9,12 +9,22 @@ mod common;
 #[path = "../examples/common/small_models.rs"]
 mod small_models;
 
-use budgeted::{at_30_percent_with, cnn, gpt};
+use budgeted::{at_30_percent_marked_with, cnn, gpt};
 use burn::backend::autodiff::checkpoint::strategy::BalancedCheckpointing;
 use burn::backend::{Autodiff, Flex};
 use burn::tensor::{Distribution, Tensor, TensorData};
 use burn_spill::{PolicyKind, RecomputeMode, SpillBackend, SpillConfig, SpillStats};
 use common::{ExclusiveDevice, Plain, Spill, assert_same_data};
+
+/// Trains at 30% of the peak with each step marked (drops need the step's positions).
+fn marked(
+    plain: budgeted::Trainer,
+    spilled: budgeted::Trainer,
+    batch: usize,
+    shape: &dyn Fn(SpillConfig) -> SpillConfig,
+) -> SpillStats {
+    at_30_percent_marked_with(plain, spilled, batch, shape, true)
+}
 
 /// A config that drops every victim it may (recompute only), with the plan that the memory
 /// rule needs (a tape-driven policy, prefetching).
@@ -39,7 +49,7 @@ fn report(what: &str, stats: &SpillStats) {
     );
 }
 
-/// One step of a program in which `b = tanh(a)` and `a = exp(x)` are both dropped under a zero
+/// One step of a program in which `b = tanh(a)` and `a = exp(x)` are both dropped under a small
 /// budget: `b` is read first, so rebuilding it rebuilds `a` from `x`; `a` and `x` are read
 /// again after it, so the memory rule lets both be dropped. Returns the reads.
 fn chain_step<B: burn::tensor::backend::Backend>(device: &B::Device) -> Vec<TensorData> {
@@ -70,7 +80,8 @@ fn a_chain_of_dropped_tensors_is_rebuilt_recursively_and_exactly() {
     let plain = chain_step::<Plain>(&device);
     for asynchronous in [false, true] {
         let config =
-            dropping(SpillConfig::default().device_budget_bytes(0)).asynchronous(asynchronous);
+        // Room for any one op with a recipe's inputs beside it (tensors of 256 B), not for all.
+            dropping(SpillConfig::default().device_budget_bytes(1024)).asynchronous(asynchronous);
         Spill::configure(&device, config).unwrap();
         let before = Spill::stats(&device);
         for step in 0..4 {
@@ -146,7 +157,7 @@ fn gradients_through_dropped_tensors_are_identical() {
     let plain = grads::<PlainAd>(&device);
     Spill::configure(
         &device,
-        dropping(SpillConfig::default().device_budget_bytes(0)),
+        dropping(SpillConfig::default().device_budget_bytes(1024)),
     )
     .unwrap();
     let before = Spill::stats(&device);
@@ -191,7 +202,7 @@ fn random_outputs_are_never_rebuilt() {
     let plain = step::<Plain>(&device);
     Spill::configure(
         &device,
-        dropping(SpillConfig::default().device_budget_bytes(0)),
+        dropping(SpillConfig::default().device_budget_bytes(768)),
     )
     .unwrap();
     let before = Spill::stats(&device);
@@ -217,14 +228,14 @@ type Spilled = Autodiff<SpillBackend<Flex>>;
 
 #[test]
 fn cnn_trains_identically_with_recompute_at_30_percent() {
-    let stats = at_30_percent_with(cnn::<Trained>, cnn::<Spilled>, 8, &dropping);
+    let stats = marked(cnn::<Trained>, cnn::<Spilled>, 8, &dropping);
     report("cnn", &stats);
     assert_eq!(stats.recompute.dropped_now_bytes, 0);
 }
 
 #[test]
 fn transformer_trains_identically_with_recompute_at_30_percent() {
-    let stats = at_30_percent_with(gpt::<Trained>, gpt::<Spilled>, 4, &dropping);
+    let stats = marked(gpt::<Trained>, gpt::<Spilled>, 4, &dropping);
     report("transformer", &stats);
     assert!(
         stats.recompute.rebuilt > 0,
@@ -236,7 +247,7 @@ fn transformer_trains_identically_with_recompute_at_30_percent() {
 #[test]
 fn transformer_with_both_swap_and_recompute_trains_identically_at_30_percent() {
     let both = |config: SpillConfig| dropping(config).recompute(RecomputeMode::Both);
-    let stats = at_30_percent_with(gpt::<Trained>, gpt::<Spilled>, 4, &both);
+    let stats = marked(gpt::<Trained>, gpt::<Spilled>, 4, &both);
     report("transformer, both", &stats);
 }
 
@@ -245,11 +256,69 @@ fn transformer_with_both_swap_and_recompute_trains_identically_at_30_percent() {
 fn transformer_with_balanced_checkpointing_and_recompute_trains_identically() {
     type PlainCheckpointed = Autodiff<Flex, BalancedCheckpointing>;
     type SpilledCheckpointed = Autodiff<SpillBackend<Flex>, BalancedCheckpointing>;
-    let stats = at_30_percent_with(
+    let stats = marked(
         gpt::<PlainCheckpointed>,
         gpt::<SpilledCheckpointed>,
         4,
         &dropping,
     );
     report("transformer, balanced checkpointing", &stats);
+}
+
+/// The memory rule in numbers: with recompute on, no tier holds more at its peak than with
+/// swap only (recipes hold only inputs the program keeps alive anyway, and a dropped tensor is
+/// in no tier), and the ledger is back to zero after each run.
+#[test]
+fn no_tier_holds_more_with_recompute_than_with_swap_only() {
+    for (name, plain, spilled, batch) in [
+        (
+            "cnn",
+            cnn::<Trained> as budgeted::Trainer,
+            cnn::<Spilled> as budgeted::Trainer,
+            8,
+        ),
+        ("transformer", gpt::<Trained>, gpt::<Spilled>, 4),
+    ] {
+        // Synchronous: the runs are deterministic, so they differ only by the drops.
+        let swap_only = |config: SpillConfig| {
+            dropping(config)
+                .recompute(RecomputeMode::Swap)
+                .asynchronous(false)
+        };
+        let with_drops = |config: SpillConfig| dropping(config).asynchronous(false);
+        // The first marked run of a process measures a lower unlimited peak (the tape is not
+        // on yet): it only warms up, so that both runs below get the same budget.
+        marked(plain, spilled, batch, &swap_only);
+        let swap = marked(plain, spilled, batch, &swap_only);
+        let recompute = marked(plain, spilled, batch, &with_drops);
+        assert_eq!(swap.device_budget_bytes, recompute.device_budget_bytes);
+        report(&format!("{name}, swap only"), &swap);
+        report(&format!("{name}, recompute"), &recompute);
+        eprintln!(
+            "{name}: peaks (device, host, disk) swap {:?}, recompute {:?}",
+            swap.peak, recompute.peak
+        );
+        assert!(
+            recompute.recompute.dropped > 0,
+            "{name}: nothing was dropped"
+        );
+        assert!(
+            recompute.peak.device <= swap.peak.device.max(recompute.device_budget_bytes.unwrap()),
+            "{name}: device peak {:?} vs {:?}",
+            recompute.peak,
+            swap.peak
+        );
+        assert!(
+            recompute.peak.host <= swap.peak.host && recompute.peak.disk <= swap.peak.disk,
+            "{name}: peaks {:?} with recompute, {:?} with swap only",
+            recompute.peak,
+            swap.peak
+        );
+        let live = Spill::live(&Default::default());
+        assert_eq!(
+            (live.tensors, live.bytes),
+            (0, 0),
+            "{name}: tensors left alive"
+        );
+    }
 }

@@ -1282,10 +1282,10 @@ fn check_program_grad(program: &[Inst]) {
     }
 }
 
-/// Cases per property: 400 by default, so that a CI run checks 400 x (17 + 8 + 1) = 10,400
+/// Cases per property: 400 by default, so that a CI run checks 400 x (17 + 8 + 1 + 1) = 10,800
 /// program x configuration runs (each program of the first property runs unconfigured and under
 /// 4 budgets x 2 host limits x sync/async; of the second under 4 budgets x 2 host limits; of the
-/// third under its drawn tiers, repeated). About 20 s in debug. `TIERS_PROGRAMS_CASES=5000` for
+/// third under its drawn tiers, repeated; of the fourth with recompute, repeated). About 20 s in debug. `TIERS_PROGRAMS_CASES=5000` for
 /// a long hunt.
 fn cases() -> u32 {
     std::env::var("TIERS_PROGRAMS_CASES")

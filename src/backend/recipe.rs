@@ -126,10 +126,17 @@ impl<B: Backend> Handle<B> {
                 depth = depth.max(theirs.depth.load(Ordering::Relaxed) + 1);
             }
         }
-        let ids = inputs.iter().map(|i| i.id()).collect();
+        let ids: SmallVec<[_; 3]> = inputs.iter().map(|i| i.id()).collect();
+        let input_bytes = inputs
+            .iter()
+            .enumerate()
+            .filter(|(k, i)| !ids[..*k].contains(&i.id()))
+            .map(|(_, i)| i.bytes)
+            .sum();
         drop(inputs);
         Some(RebuildPlan {
             inputs: ids,
+            input_bytes,
             rebuild: Rebuild {
                 op_time: Duration::from_nanos(recipe.op_nanos.load(Ordering::Relaxed)),
                 depth,

@@ -58,8 +58,11 @@ pub trait Spillable: Send + Sync {
 /// What a tensor's recipe needs, for the engine's decision to drop it.
 #[derive(Debug, Clone)]
 pub struct RebuildPlan {
-    /// The recipe's inputs (each once).
+    /// The recipe's inputs, in argument order.
     pub inputs: smallvec::SmallVec<[TensorId; 3]>,
+    /// Their bytes, each input once: what a rebuild brings to the device beside the op that
+    /// needs it.
+    pub input_bytes: u64,
     /// What a rebuild costs.
     pub rebuild: crate::policy::recompute::Rebuild,
 }

@@ -715,6 +715,15 @@ impl<'a> Sim<'a> {
             return false;
         };
         let inputs = &self.tape.ops[producer].inputs;
+        let mut input_bytes = 0;
+        for (k, input) in inputs.iter().enumerate() {
+            if !inputs[..k].contains(input) {
+                input_bytes += self.size(*input);
+            }
+        }
+        if self.plan.op_bytes(rebuilt_at).saturating_add(input_bytes) > self.settings.budget {
+            return false;
+        }
         let mut depth = 0;
         for input in inputs {
             let alive = self.place.contains_key(input)
@@ -757,15 +766,16 @@ impl<'a> Sim<'a> {
         true
     }
 
-    /// Makes a dropped `id` resident again before op `op`: its recipe's inputs first (restored,
-    /// or rebuilt in turn), then its producer on the stream. Returns when its inputs are ready
-    /// and the seconds the rebuilds take on the stream; `pinned` gains the recipe's inputs.
+    /// Plans the rebuild of a dropped `id` before op `op`: its recipe's inputs first (restored,
+    /// or rebuilt in turn), then its producer on the stream. Returns the seconds the rebuilds
+    /// take on the stream; `pinned` gains the recipe's inputs, `rebuilt` the tensors to put on
+    /// the device once room is made for them, and `ready` when arriving inputs are in.
     fn rebuild(
         &mut self,
         id: TensorId,
-        op: usize,
         pinned: &mut HashSet<TensorId>,
         to_restore: &mut Vec<(TensorId, f64)>,
+        rebuilt: &mut Vec<TensorId>,
         ready: &mut f64,
     ) -> f64 {
         let producer = self.recipes[&id];
@@ -776,7 +786,7 @@ impl<'a> Sim<'a> {
             }
             match self.place.get(&input).copied() {
                 Some(Place::Dropped) => {
-                    seconds += self.rebuild(input, op, pinned, to_restore, ready);
+                    seconds += self.rebuild(input, pinned, to_restore, rebuilt, ready);
                 }
                 Some(Place::Host | Place::Disk) => to_restore.push((input, self.clock)),
                 Some(Place::Leaving { done, .. }) => to_restore.push((input, done)),
@@ -784,10 +794,7 @@ impl<'a> Sim<'a> {
                 Some(Place::Device) | None => {}
             }
         }
-        self.grow(self.size(id));
-        self.place.insert(id, Place::Device);
-        self.drop_depth.remove(&id);
-        self.out.rebuilds += 1;
+        rebuilt.push(id);
         seconds
     }
 
@@ -816,11 +823,12 @@ impl<'a> Sim<'a> {
         let mut room_at = self.clock;
         let mut to_restore = Vec::new();
         let mut rebuild_seconds = 0.0;
+        let mut rebuilt = Vec::new();
         for &id in &inputs {
             match self.place.get(&id).copied() {
                 Some(Place::Dropped) => {
                     rebuild_seconds +=
-                        self.rebuild(id, i, &mut pinned, &mut to_restore, &mut ready);
+                        self.rebuild(id, &mut pinned, &mut to_restore, &mut rebuilt, &mut ready);
                 }
                 Some(Place::Device) => {
                     if self.prefetched.remove(&id) {
@@ -849,7 +857,8 @@ impl<'a> Sim<'a> {
         }
         let budget = self.settings.budget;
         let restore_bytes: u64 = to_restore.iter().map(|(id, _)| self.size(*id)).sum();
-        let need = restore_bytes + new_outputs;
+        let rebuilt_bytes: u64 = rebuilt.iter().map(|id| self.size(*id)).sum();
+        let need = restore_bytes + rebuilt_bytes + new_outputs;
         if self.device + need > budget {
             // Room first, on the op's thread: the op waits for the copies to leave.
             let target = budget.saturating_sub(need);
@@ -871,6 +880,13 @@ impl<'a> Sim<'a> {
             }
             let done = self.restore(id, after.max(room_at), i);
             ready = ready.max(done);
+        }
+        for id in rebuilt {
+            // On the device once the room for it is made, as the engine rebuilds it.
+            self.grow(self.size(id));
+            self.place.insert(id, Place::Device);
+            self.drop_depth.remove(&id);
+            self.out.rebuilds += 1;
         }
         self.retire(ready, i);
         let start = ready.max(self.clock);

@@ -81,6 +81,9 @@ pub struct UsePlan {
     growth: Vec<Growth>,
     /// The largest [`headroom`](Self::headroom) at any position and lookahead.
     max_headroom: u64,
+    /// Per position: the bytes its op needs on the device by itself (distinct inputs and
+    /// outputs).
+    op_bytes: Vec<u64>,
 }
 
 /// What one position does to the live bytes.
@@ -154,6 +157,23 @@ pub(crate) fn keys_and_uses(tape: &StepTape) -> (u32, HashMap<u64, (PlanKey, Vec
     (len, by_id)
 }
 
+/// Per position of `tape`'s stepping thread, the bytes its op needs by itself.
+fn op_bytes_of(tape: &StepTape, len: u32) -> Vec<u64> {
+    let bytes: HashMap<u64, u64> = tape.tensors.iter().map(|t| (t.id, t.bytes)).collect();
+    let mut out = vec![0; len as usize];
+    for (op, position) in tape.ops.iter().zip(positions_of(tape)) {
+        let Some(p) = position else { continue };
+        let mut seen: Vec<u64> = Vec::with_capacity(op.inputs.len() + op.outputs.len());
+        for id in op.inputs.iter().chain(&op.outputs) {
+            if !seen.contains(id) {
+                seen.push(*id);
+                out[p as usize] += bytes.get(id).copied().unwrap_or(0);
+            }
+        }
+    }
+    out
+}
+
 /// Per position of `tape`'s stepping thread, the bytes allocated and freed there.
 fn growth_of(tape: &StepTape, len: u32) -> Vec<Growth> {
     let mut growth = vec![Growth::default(); len as usize];
@@ -219,6 +239,7 @@ impl UsePlan {
             recorded_peak,
             growth: growth_of(tape, len),
             max_headroom: 0,
+            op_bytes: op_bytes_of(tape, len),
         };
         // Headroom only grows with the lookahead, so the longest one bounds every other.
         plan.max_headroom = (0..len)
@@ -292,6 +313,12 @@ impl UsePlan {
         if self.carried.is_empty() && self.len == older.len {
             self.carried = older.carried.clone();
         }
+    }
+
+    /// The bytes the op at `position` needs on the device by itself (its distinct inputs and
+    /// outputs), as recorded; 0 past the step.
+    pub fn op_bytes(&self, position: u32) -> u64 {
+        self.op_bytes.get(position as usize).copied().unwrap_or(0)
     }
 
     /// The positions where `key` is read in a step.

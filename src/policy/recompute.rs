@@ -4,7 +4,10 @@
 //! The rule for memory (why a recipe can never hold more than swapping would): a tensor is
 //! dropped only when every input of its recipe is alive now and, by the use plan, still read at
 //! or after the tensor's own next use in this step, so the recipe keeps nothing alive that the
-//! program itself would not keep alive until then. Without a plan nothing is dropped. A dropped
+//! program itself would not keep alive until then; and only when the op at that use, with the
+//! recipe's inputs beside it, fits the budget (the rebuild needs them on the device there).
+//! Without a plan, or outside a marked step (whose positions the plan is read at), nothing is
+//! dropped. A dropped
 //! tensor holds its inputs until it is rebuilt or dropped itself (so a plan that was wrong costs
 //! memory, never data), and chains of dropped tensors are at most [`MAX_REBUILD_DEPTH`] deep when
 //! each is dropped.

@@ -68,6 +68,18 @@ pub fn at_30_percent_with(
     batch: usize,
     shape: &dyn Fn(SpillConfig) -> SpillConfig,
 ) -> SpillStats {
+    at_30_percent_marked_with(plain, spilled, batch, shape, false)
+}
+
+/// [`at_30_percent_with`], with each step of the budgeted run marked (`step_begin` /
+/// `step_end`) when `marked`.
+pub fn at_30_percent_marked_with(
+    plain: Trainer,
+    spilled: Trainer,
+    batch: usize,
+    shape: &dyn Fn(SpillConfig) -> SpillConfig,
+    marked: bool,
+) -> SpillStats {
     let _device = ExclusiveDevice::take();
     let device = Default::default();
     let reference = plain(&device, 5, batch, &mut |_| {});
@@ -82,13 +94,23 @@ pub fn at_30_percent_with(
     SpillBackend::<Flex>::configure(&device, config).unwrap();
     let before = SpillBackend::<Flex>::stats(&device);
     let mut after_warmup = None;
+    if marked {
+        SpillBackend::<Flex>::step_begin(&device);
+    }
     let run = spilled(&device, 5, batch, &mut |step| {
+        if marked {
+            SpillBackend::<Flex>::step_end(&device);
+            SpillBackend::<Flex>::step_begin(&device);
+        }
         if step == 0 {
             // The first step teaches the engine each op's output size; measure the rest.
             SpillBackend::<Flex>::reset_peaks(&device);
             after_warmup = Some(SpillBackend::<Flex>::stats(&device));
         }
     });
+    if marked {
+        SpillBackend::<Flex>::step_end(&device);
+    }
     let stats = SpillBackend::<Flex>::stats(&device);
     let warm = after_warmup.expect("the first step ran");
     eprintln!(

@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use crate::engine::index::Candidate;
+use crate::engine::index::{Candidate, RebuildPlan};
 use crate::engine::ledger::Direction;
 use crate::engine::slot::Tier;
 use crate::policy::plan::{NextUse, UsePlan};
@@ -15,6 +15,7 @@ use super::{DeviceEngine, Limits, lock};
 /// What one eviction pass needs to decide drops: read once per pass.
 pub(super) struct DropContext {
     mode: RecomputeMode,
+    budget: u64,
     plan: Arc<UsePlan>,
     step: u64,
     now: u32,
@@ -27,7 +28,12 @@ impl DeviceEngine {
     /// The context for dropping victims in an eviction pass of the device tier, or `None` when
     /// nothing may be dropped (swap only, or no plan yet to tell that the inputs stay alive).
     pub(super) fn drop_context(&self, limits: &Limits) -> Option<DropContext> {
-        if !limits.recompute.may_drop() || !limits.planning() {
+        // The memory rule reads the plan at the step's position, which a marked step counts
+        // (outside one, found by the period detector, the position is not kept per op).
+        let marked = self
+            .in_marked_step
+            .load(std::sync::atomic::Ordering::Relaxed);
+        if !limits.recompute.may_drop() || !limits.planning() || !marked {
             return None;
         }
         let plan = self.plan()?;
@@ -35,6 +41,7 @@ impl DeviceEngine {
         let moves = self.ledger.moves(Direction::DeviceToHost);
         Some(DropContext {
             mode: limits.recompute,
+            budget: limits.budget?,
             plan,
             step,
             now,
@@ -51,8 +58,7 @@ impl DeviceEngine {
         let Some(recipe) = candidate.victim.rebuild_plan() else {
             return false;
         };
-        let Some(next_use) = self.next_use_if_inputs_outlive_it(candidate, &recipe.inputs, context)
-        else {
+        let Some(next_use) = self.next_use_if_inputs_outlive_it(candidate, &recipe, context) else {
             return false;
         };
         let victim = Victim {
@@ -67,11 +73,13 @@ impl DeviceEngine {
 
     /// The memory rule: the distance to the candidate's next use in this step, if every input
     /// of its recipe is read again at or after that use (so the program keeps them alive until
-    /// the rebuild, and the recipe holds nothing the program would have let go).
+    /// the rebuild, and the recipe holds nothing the program would have let go), and if the op
+    /// at that use, with the recipe's inputs beside it for the rebuild, still fits the budget
+    /// (a rebuild never takes an op over a budget it fits under when its inputs are moved).
     fn next_use_if_inputs_outlive_it(
         &self,
         candidate: &Candidate,
-        inputs: &[crate::engine::slot::TensorId],
+        recipe: &RebuildPlan,
         context: &DropContext,
     ) -> Option<u32> {
         let (plan, step, now) = (&context.plan, context.step, context.now);
@@ -80,12 +88,16 @@ impl DeviceEngine {
             return None;
         };
         let rebuilt_at = now.checked_add(distance).filter(|&at| at < plan.len())?;
+        if plan.op_bytes(rebuilt_at).saturating_add(recipe.input_bytes) > context.budget {
+            return None;
+        }
         let outlives = |input| {
             index
                 .key_of(input)
                 .is_some_and(|key| matches!(plan.next_use(key, step, rebuilt_at), NextUse::In(_)))
         };
-        inputs
+        recipe
+            .inputs
             .iter()
             .all(|&input| outlives(input))
             .then_some(distance)
