@@ -73,60 +73,70 @@ fn chain_step<B: burn::tensor::backend::Backend>(device: &B::Device) -> Vec<Tens
     ]
 }
 
+/// Runs `step` on `SpillBackend<Flex>` under `config` as four marked steps (the plan the drops
+/// need exists from the second), each checked bit for bit against `plain`; then checks that the
+/// ledger is back to zero. Returns the run's stats.
+fn marked_steps(
+    what: &str,
+    config: SpillConfig,
+    plain: &[TensorData],
+    step: impl Fn(&burn::tensor::Device<Spill>) -> Vec<TensorData>,
+) -> SpillStats {
+    let device = Default::default();
+    Spill::configure(&device, config).unwrap();
+    let before = Spill::stats(&device);
+    for n in 0..4 {
+        Spill::step_begin(&device);
+        let out = step(&device);
+        Spill::step_end(&device);
+        assert_eq!(plain.len(), out.len(), "{what}: number of reads");
+        for (i, (p, s)) in plain.iter().zip(&out).enumerate() {
+            assert_same_data(p, s, &format!("{what}, step {n}, read {i}"));
+        }
+    }
+    let stats = Spill::stats(&device).since(&before);
+    report(what, &stats);
+    assert_eq!(
+        stats.recompute.dropped_now_bytes, 0,
+        "{what}: a dropped tensor left counted"
+    );
+    let live = Spill::live(&device);
+    assert_eq!(
+        (live.tensors, live.bytes),
+        (0, 0),
+        "{what}: tensors left alive"
+    );
+    let resident = (
+        stats.resident.device,
+        stats.resident.host,
+        stats.resident.disk,
+    );
+    assert_eq!(resident, (0, 0, 0), "{what}: bytes left on a tier");
+    Spill::configure(&device, SpillConfig::default()).unwrap();
+    stats
+}
+
 #[test]
 fn a_chain_of_dropped_tensors_is_rebuilt_recursively_and_exactly() {
     let _device = ExclusiveDevice::take();
-    let device = Default::default();
-    let plain = chain_step::<Plain>(&device);
+    let plain = chain_step::<Plain>(&Default::default());
     for asynchronous in [false, true] {
-        let config =
         // Room for any one op with a recipe's inputs beside it (tensors of 256 B), not for all.
+        let config =
             dropping(SpillConfig::default().device_budget_bytes(1024)).asynchronous(asynchronous);
-        Spill::configure(&device, config).unwrap();
-        let before = Spill::stats(&device);
-        for step in 0..4 {
-            Spill::step_begin(&device);
-            let reads = chain_step::<Spill>(&device);
-            Spill::step_end(&device);
-            for (i, (p, s)) in plain.iter().zip(&reads).enumerate() {
-                assert_same_data(
-                    p,
-                    s,
-                    &format!("async {asynchronous}, step {step}, read {i}"),
-                );
-            }
-        }
-        let stats = Spill::stats(&device).since(&before);
-        report(&format!("chain, async {asynchronous}"), &stats);
+        let what = format!("chain, async {asynchronous}");
+        let stats = marked_steps(&what, config, &plain, chain_step::<Spill>);
         assert!(
             stats.recompute.dropped >= 2 && stats.recompute.rebuilt >= 2,
-            "async {asynchronous}: the chain was not dropped and rebuilt: {:?}",
+            "{what}: the chain was not dropped and rebuilt: {:?}",
             stats.recompute
         );
-        assert_eq!(
-            stats.recompute.dropped_now_bytes, 0,
-            "a dropped tensor left counted"
-        );
-        let live = Spill::live(&device);
-        assert_eq!((live.tensors, live.bytes), (0, 0), "tensors left alive");
-        assert_eq!(
-            (
-                stats.resident.device,
-                stats.resident.host,
-                stats.resident.disk
-            ),
-            (0, 0, 0),
-            "bytes left on a tier"
-        );
     }
-    Spill::configure(&device, SpillConfig::default()).unwrap();
 }
 
 /// The chain under `Autodiff`: gradients through dropped and rebuilt tensors.
 #[test]
 fn gradients_through_dropped_tensors_are_identical() {
-    type PlainAd = Autodiff<Plain>;
-    type SpillAd = Autodiff<Spill>;
     fn grads<B: burn::tensor::backend::AutodiffBackend>(device: &B::Device) -> Vec<TensorData> {
         let x = Tensor::<B, 2>::from_data(
             TensorData::new((0..64).map(|i| i as f32 / 40.0 - 0.8).collect(), [8, 8]),
@@ -153,36 +163,18 @@ fn gradients_through_dropped_tensors_are_identical() {
         ]
     }
     let _device = ExclusiveDevice::take();
-    let device = Default::default();
-    let plain = grads::<PlainAd>(&device);
-    Spill::configure(
-        &device,
-        dropping(SpillConfig::default().device_budget_bytes(1024)),
-    )
-    .unwrap();
-    let before = Spill::stats(&device);
-    for step in 0..4 {
-        Spill::step_begin(&device);
-        let out = grads::<SpillAd>(&device);
-        Spill::step_end(&device);
-        for (i, (p, s)) in plain.iter().zip(&out).enumerate() {
-            assert_same_data(p, s, &format!("step {step}, output {i}"));
-        }
-    }
-    let stats = Spill::stats(&device).since(&before);
-    report("autodiff", &stats);
+    let plain = grads::<Autodiff<Plain>>(&Default::default());
+    let config = dropping(SpillConfig::default().device_budget_bytes(1024));
+    let stats = marked_steps("autodiff", config, &plain, grads::<Autodiff<Spill>>);
     assert!(
         stats.recompute.rebuilt > 0,
         "nothing was rebuilt: {:?}",
         stats.recompute
     );
-    let live = Spill::live(&device);
-    assert_eq!((live.tensors, live.bytes), (0, 0), "tensors left alive");
-    Spill::configure(&device, SpillConfig::default()).unwrap();
 }
 
 /// Random ops have no recipe: a tensor made by `random` and read after pressure keeps its
-/// values (it is moved, never rebuilt), while the elementwise op on it may be rebuilt.
+/// values (it is moved, never rebuilt).
 #[test]
 fn random_outputs_are_never_rebuilt() {
     fn step<B: burn::tensor::backend::Backend>(device: &B::Device) -> Vec<TensorData> {
@@ -197,30 +189,17 @@ fn random_outputs_are_never_rebuilt() {
             (r * other).into_data(),
         ]
     }
+    assert!(!burn_spill::policy::recompute::is_recomputable(
+        "float_random"
+    ));
     let _device = ExclusiveDevice::take();
-    let device = Default::default();
-    let plain = step::<Plain>(&device);
-    Spill::configure(
-        &device,
-        dropping(SpillConfig::default().device_budget_bytes(768)),
-    )
-    .unwrap();
-    let before = Spill::stats(&device);
-    for i in 0..4 {
-        Spill::step_begin(&device);
-        let out = step::<Spill>(&device);
-        Spill::step_end(&device);
-        for (k, (p, s)) in plain.iter().zip(&out).enumerate() {
-            assert_same_data(p, s, &format!("step {i}, read {k}"));
-        }
-    }
-    let stats = Spill::stats(&device).since(&before);
-    report("random", &stats);
+    let plain = step::<Plain>(&Default::default());
+    let config = dropping(SpillConfig::default().device_budget_bytes(768));
+    let stats = marked_steps("random", config, &plain, step::<Spill>);
     assert!(
         stats.device_to_host.count > 0,
         "the random tensor was never moved"
     );
-    Spill::configure(&device, SpillConfig::default()).unwrap();
 }
 
 type Trained = Autodiff<Flex>;

@@ -15,7 +15,7 @@ pub(crate) mod handoff;
 pub(crate) mod plan;
 pub(crate) mod pool;
 pub(crate) mod prefetch;
-pub(crate) mod recompute;
+pub mod recompute;
 pub(crate) mod simulate;
 pub(crate) mod victim;
 pub(crate) mod windows;
