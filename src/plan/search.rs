@@ -29,23 +29,63 @@ fn error(reason: String) -> SpillError {
     SpillError::BatchSearch { reason }
 }
 
-/// For each tensor of `large`, its counterpart in `small`: the tensor at the same op and
-/// argument position. Fails when the two tapes are not the same program.
-pub(crate) fn counterparts(
+/// Which ops two tapes pair up: all of them (`Ops::All`), or the stepping thread's only
+/// (`Ops::Stepping`), whose order is the program's; other threads' ops (a metrics thread's reads)
+/// land in a recording or not, depending on timing.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Ops {
+    All,
+    Stepping,
+}
+
+/// The indices of `tape`'s ops that `which` pairs.
+fn paired_ops(tape: &StepTape, which: Ops) -> Vec<usize> {
+    match which {
+        Ops::All => (0..tape.ops.len()).collect(),
+        Ops::Stepping => crate::policy::plan::positions_of(tape)
+            .iter()
+            .enumerate()
+            .filter_map(|(i, p)| p.map(|_| i))
+            .collect(),
+    }
+}
+
+/// The pairs of op indices (`small`'s, `large`'s) of the same op in two recordings of one
+/// program. Fails when the two tapes are not the same program.
+fn op_pairs(
     small: &StepTape,
     large: &StepTape,
-) -> Result<HashMap<TensorId, TensorId>, SpillError> {
-    if small.ops.len() != large.ops.len() {
+    which: Ops,
+) -> Result<Vec<(usize, usize)>, SpillError> {
+    let (a, b) = (paired_ops(small, which), paired_ops(large, which));
+    if a.len() != b.len() {
+        let whose = if which == Ops::Stepping {
+            " on the stepping thread"
+        } else {
+            ""
+        };
         return Err(error(format!(
-            "the tapes have {} and {} ops: they are not the same program at two batch sizes; \
-             record the same training step with only the batch size changed (and not at batch \
-             1, where autodiff skips the reductions over the batch)",
-            small.ops.len(),
-            large.ops.len()
+            "the tapes have {} and {} ops{whose}: they are not the same program at two batch \
+             sizes; record the same training step with only the batch size changed (and not at \
+             batch 1, where autodiff skips the reductions over the batch)",
+            a.len(),
+            b.len()
         )));
     }
+    Ok(a.into_iter().zip(b).collect())
+}
+
+/// For each tensor of `large`, its counterpart in `small`: the tensor at the same op and
+/// argument position (ops as `which` pairs them). Fails when the two tapes are not the same
+/// program.
+fn counterparts(
+    small: &StepTape,
+    large: &StepTape,
+    which: Ops,
+) -> Result<HashMap<TensorId, TensorId>, SpillError> {
     let mut map = HashMap::new();
-    for (i, (a, b)) in small.ops.iter().zip(&large.ops).enumerate() {
+    for (i, j) in op_pairs(small, large, which)? {
+        let (a, b) = (&small.ops[i], &large.ops[j]);
         if a.name != b.name
             || a.inputs.len() != b.inputs.len()
             || a.outputs.len() != b.outputs.len()
@@ -92,7 +132,8 @@ pub fn median_tape(tapes: &[StepTape]) -> Result<StepTape, SpillError> {
         .first()
         .ok_or_else(|| error("no tapes to take the median of; give at least one".into()))?;
     for other in &tapes[1..] {
-        counterparts(first, other)?;
+        // Op by op, every thread's: the median is taken per op index.
+        counterparts(first, other, Ops::All)?;
     }
     let median = |mut v: Vec<u64>| {
         v.sort_unstable();
@@ -148,7 +189,10 @@ pub fn scale_tape(
              positive batch sizes, one per tape, and ask for a positive one"
         )));
     }
-    let map = counterparts(small, large)?;
+    // The stepping thread's ops: another thread's few ops (a metrics read) may be in one
+    // recording and not the other; those keep the larger recording's sizes and times.
+    let map = counterparts(small, large, Ops::Stepping)?;
+    let pairs = op_pairs(small, large, Ops::Stepping)?;
     let by_id: HashMap<TensorId, &TensorRecord> = small.tensors.iter().map(|t| (t.id, t)).collect();
     let at = |v1: u64, v2: u64| line(v1, v2, small_batch, large_batch, batch);
     let mut scaled = large.clone();
@@ -179,8 +223,8 @@ pub fn scale_tape(
         };
         t.shape = shape;
     }
-    for (a, b) in small.ops.iter().zip(&mut scaled.ops) {
-        b.duration_ns = at(a.duration_ns, b.duration_ns);
+    for (i, j) in pairs {
+        scaled.ops[j].duration_ns = at(small.ops[i].duration_ns, scaled.ops[j].duration_ns);
     }
     scaled.duration_ns = at(small.duration_ns, large.duration_ns);
     // Resident bytes per tier were measured at one batch size only.

@@ -323,6 +323,37 @@ fn a_tape_scales_linearly_in_the_batch() {
     assert_eq!(at8.ops[1].duration_ns, 8_000);
 }
 
+/// A metrics thread's read that landed in one recording only (as ResNet-50's batch-2 tape once
+/// held 3 reads from another thread) does not make the two tapes different programs.
+#[test]
+fn another_threads_ops_in_one_recording_do_not_stop_the_scaling() {
+    let small = batched(2);
+    let mut large = batched(4);
+    large.ops.insert(
+        2,
+        OpRecord {
+            name: "float_read".into(),
+            inputs: vec![4],
+            outputs: vec![],
+            start_ns: 0,
+            duration_ns: 500,
+            thread: 2,
+        },
+    );
+    let at8 = scale_tape(&small, 2, &large, 4, 8).unwrap();
+    let expected = batched(8);
+    for (a, b) in at8.tensors.iter().zip(&expected.tensors) {
+        assert_eq!((a.bytes, &a.shape), (b.bytes, &b.shape), "tensor {}", a.id);
+    }
+    // The stepping thread's ops scale; the other thread's keeps its recorded time.
+    assert_eq!(at8.ops[1].duration_ns, 8_000);
+    assert_eq!(at8.ops[3].duration_ns, 8_000);
+    assert_eq!(at8.ops[2].duration_ns, 500);
+    // The median of several recordings still pairs every op.
+    let err = median_tape(&[small, large]).unwrap_err().to_string();
+    assert!(err.contains("same program"), "{err}");
+}
+
 #[test]
 fn the_batch_search_finds_the_largest_batch_within_the_limit() {
     let (small, large) = (batched(2), batched(4));
