@@ -133,6 +133,10 @@ pub struct RecomputeStats {
     pub rebuilt: u64,
     /// Their bytes.
     pub rebuilt_bytes: u64,
+    /// Of those rebuilds, the ones another rebuild needed first (an input of its recipe was
+    /// dropped too).
+    #[serde(default)]
+    pub chained_rebuilds: u64,
     /// The time those ops took on the calling thread (on an asynchronous backend, their
     /// dispatch).
     pub rebuild_time: Duration,
@@ -148,6 +152,9 @@ impl RecomputeStats {
             dropped_bytes: self.dropped_bytes.saturating_sub(earlier.dropped_bytes),
             rebuilt: self.rebuilt.saturating_sub(earlier.rebuilt),
             rebuilt_bytes: self.rebuilt_bytes.saturating_sub(earlier.rebuilt_bytes),
+            chained_rebuilds: self
+                .chained_rebuilds
+                .saturating_sub(earlier.chained_rebuilds),
             rebuild_time: self.rebuild_time.saturating_sub(earlier.rebuild_time),
             dropped_now_bytes: self.dropped_now_bytes,
         }

@@ -118,14 +118,7 @@ impl<B: Backend> Handle<B> {
     pub(super) fn rebuild_plan(&self) -> Option<RebuildPlan> {
         let recipe = self.recipe()?;
         let inputs = recipe.live_inputs()?;
-        let mut depth = 0;
-        for input in &inputs {
-            if matches!(*input.slot().lock(), Residency::Dropped)
-                && let Some(theirs) = input.recipe()
-            {
-                depth = depth.max(theirs.depth.load(Ordering::Relaxed) + 1);
-            }
-        }
+        let depth = chain_depth(&inputs);
         let ids: SmallVec<[_; 3]> = inputs.iter().map(|i| i.id()).collect();
         let input_bytes = inputs
             .iter()
@@ -153,12 +146,7 @@ impl<B: Backend> Handle<B> {
         let Some(inputs) = recipe.live_inputs() else {
             return false;
         };
-        let depth = inputs
-            .iter()
-            .filter(|i| matches!(*i.slot().lock(), Residency::Dropped))
-            .filter_map(|i| i.recipe().map(|r| r.depth.load(Ordering::Relaxed) + 1))
-            .max()
-            .unwrap_or(0);
+        let depth = chain_depth(&inputs);
         // Dropping a lazy backend's primitive may register a free (see `DeviceQueues::exclusive`).
         let _exclusive = self.engine().queues().exclusive();
         let Some(mut state) = self.slot().try_lock() else {
@@ -232,6 +220,11 @@ impl<B: Backend> Handle<B> {
                 recipe.op
             );
         }
+        let chained = inputs
+            .iter()
+            .filter(|i| matches!(*i.slot().lock(), Residency::Dropped))
+            .count();
+        self.engine().ledger().on_chained_rebuild(chained as u64);
         let primitives: Vec<Primitive<B>> = inputs
             .iter()
             .map(|input| SpillTensor::from_handle(input.clone()).with_primitive(Clone::clone))
@@ -269,6 +262,17 @@ impl<B: Backend> Handle<B> {
             micros = took.as_micros() as u64, "rebuilt");
         self.after_rebuild();
     }
+}
+
+/// How many dropped tensors a recipe with these inputs depends on: one more than the deepest
+/// dropped input's chain, 0 when none is dropped.
+fn chain_depth<B: Backend>(inputs: &[Arc<Handle<B>>]) -> u32 {
+    inputs
+        .iter()
+        .filter(|i| matches!(*i.slot().lock(), Residency::Dropped))
+        .filter_map(|i| i.recipe().map(|r| r.depth.load(Ordering::Relaxed) + 1))
+        .max()
+        .unwrap_or(0)
 }
 
 /// The inputs an op's scope notes for its recipe: weak references to its tensor arguments.

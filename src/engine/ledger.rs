@@ -143,6 +143,7 @@ pub struct Ledger {
     dropped_now: AtomicU64,
     rebuilt: AtomicU64,
     rebuilt_bytes: AtomicU64,
+    chained_rebuilds: AtomicU64,
     rebuild_nanos: AtomicU64,
 }
 
@@ -177,6 +178,14 @@ impl Ledger {
         self.rebuilt_bytes.fetch_add(bytes, Ordering::Relaxed);
         let nanos = took.as_nanos().min(u64::MAX as u128) as u64;
         self.rebuild_nanos.fetch_add(nanos, Ordering::Relaxed);
+    }
+
+    /// Records that a rebuild found `inputs` of its recipe's inputs dropped too (each rebuilt
+    /// first).
+    pub fn on_chained_rebuild(&self, inputs: u64) {
+        if inputs > 0 {
+            self.chained_rebuilds.fetch_add(inputs, Ordering::Relaxed);
+        }
     }
 
     /// Records that the last handle of a dropped tensor is gone (it was never rebuilt).
@@ -459,6 +468,7 @@ impl Ledger {
                 dropped_bytes: self.dropped_bytes.load(Ordering::Relaxed),
                 rebuilt: self.rebuilt.load(Ordering::Relaxed),
                 rebuilt_bytes: self.rebuilt_bytes.load(Ordering::Relaxed),
+                chained_rebuilds: self.chained_rebuilds.load(Ordering::Relaxed),
                 rebuild_time: Duration::from_nanos(self.rebuild_nanos.load(Ordering::Relaxed)),
                 dropped_now_bytes: self.dropped_now.load(Ordering::Relaxed),
             },
