@@ -129,7 +129,7 @@ pub enum SpillError {
     /// A dry run was asked for with a budget no op of the step can run under: the largest op's
     /// own inputs and outputs need more.
     #[error(
-        "burn-spill: a device budget of {budget} bytes is below what op {op} (`{name}`) needs on          its own ({needed} bytes of inputs and outputs); plan with a budget of at least {needed} bytes"
+        "burn-spill: a device budget of {budget} bytes is below what op {op} (`{name}`) needs on its own ({needed} bytes of inputs and outputs); plan with a budget of at least {needed} bytes"
     )]
     PlanBudget {
         /// The budget asked for.

@@ -282,7 +282,7 @@ impl<B: Backend> Handle<B> {
         let (shape, dtype) = rebuilt.shape_dtype();
         if dtype != self.dtype || shape != self.shape || rebuilt.kind() != self.kind {
             panic!(
-                "burn-spill: rebuilding tensor {} with `{op}` gave {:?} {dtype:?} {shape:?}, not                  its own {:?} {:?} {:?}; this is a bug in burn-spill",
+                "burn-spill: rebuilding tensor {} with `{op}` gave {:?} {dtype:?} {shape:?}, not its own {:?} {:?} {:?}; this is a bug in burn-spill",
                 self.id,
                 rebuilt.kind(),
                 self.kind,
