@@ -7,6 +7,9 @@ use std::str::FromStr;
 use serde::{Deserialize, Serialize};
 
 use crate::SpillError;
+use crate::plan::DeviceProfile;
+use crate::plan::cost::KernelModel;
+use crate::policy::recompute::RebuildTimes;
 use crate::policy::{PolicyKind, RecomputeMode};
 
 /// How much device memory tensors may occupy.
@@ -121,6 +124,7 @@ pub struct SpillConfig {
     tier_order: TierOrder,
     pool_cleanup_margin_bytes: Option<u64>,
     recompute: RecomputeMode,
+    rebuild_profile: Option<String>,
 }
 
 /// Which cold store spilled bytes try first past the host tier, when a remote tier is
@@ -197,6 +201,7 @@ impl Default for SpillConfig {
             tier_order: TierOrder::RemoteThenDisk,
             pool_cleanup_margin_bytes: None,
             recompute: RecomputeMode::Swap,
+            rebuild_profile: None,
         }
     }
 }
@@ -219,6 +224,8 @@ pub const ENV_TIER_ORDER: &str = "BURN_SPILL_TIER_ORDER";
 pub const ENV_VERIFY: &str = "BURN_SPILL_VERIFY";
 /// Environment variable overriding [`SpillConfig::recompute`].
 pub const ENV_RECOMPUTE: &str = "BURN_SPILL_RECOMPUTE";
+/// Environment variable overriding [`SpillConfig::rebuild_profile`].
+pub const ENV_REBUILD_PROFILE: &str = "BURN_SPILL_REBUILD_PROFILE";
 
 /// What `remote_tier` accepts.
 pub(crate) const REMOTE_ACCEPTED: &str = "a Redis URL: redis://[[user]:password@]host[:port][/db] or unix:///path (TLS, rediss://, is not built in)";
@@ -338,6 +345,39 @@ impl SpillConfig {
     /// See [`recompute`](Self::recompute).
     pub fn get_recompute(&self) -> RecomputeMode {
         self.recompute
+    }
+
+    /// The device profile whose figures time a rebuild when [`RecomputeMode::Both`] weighs it
+    /// against a move: a built-in name (`h200-pcie5`, ...; see `docs/device-profiles.md`), a
+    /// profile JSON file, or `measured` for the op's own measured duration. By default a
+    /// synchronous backend (Flex, NdArray) uses the measured duration, and a CubeCL backend
+    /// (wgpu, CUDA), whose ops return before their kernels run, the built-in
+    /// [`ASYNC_DEFAULT_PROFILE`](crate::policy::recompute::ASYNC_DEFAULT_PROFILE).
+    /// `BURN_SPILL_REBUILD_PROFILE` overrides it.
+    pub fn rebuild_profile(mut self, name_or_path: impl Into<String>) -> Self {
+        self.rebuild_profile = Some(name_or_path.into());
+        self
+    }
+
+    /// See [`rebuild_profile`](Self::rebuild_profile) (`None` = the default for the backend).
+    pub fn get_rebuild_profile(&self) -> Option<&str> {
+        self.rebuild_profile.as_deref()
+    }
+
+    /// Where a rebuild's op time comes from on a backend whose ops are asynchronous or not.
+    ///
+    /// # Errors
+    /// [`SpillError::InvalidValue`] when the profile is neither `measured`, a built-in nor a
+    /// file; [`SpillError::Profile`] when the file holds no valid profile.
+    pub fn rebuild_times(&self, asynchronous_backend: bool) -> Result<RebuildTimes, SpillError> {
+        match self.rebuild_profile.as_deref() {
+            Some(name) => rebuild_times_named(name, "rebuild_profile"),
+            None if asynchronous_backend => rebuild_times_named(
+                crate::policy::recompute::ASYNC_DEFAULT_PROFILE,
+                "rebuild_profile",
+            ),
+            None => Ok(RebuildTimes::Measured),
+        }
     }
 
     /// In strict mode an op that alone needs more than the budget panics instead of running.
@@ -565,6 +605,9 @@ impl SpillConfig {
                 accepted: "a positive byte count",
             });
         }
+        if self.rebuild_profile.is_some() {
+            self.rebuild_times(true)?;
+        }
         Ok(())
     }
 
@@ -616,8 +659,36 @@ impl SpillConfig {
         if let Some(v) = get(ENV_RECOMPUTE) {
             self.recompute = v.parse().map_err(|e| rename(e, ENV_RECOMPUTE))?;
         }
+        if let Some(v) = get(ENV_REBUILD_PROFILE) {
+            rebuild_times_named(&v, ENV_REBUILD_PROFILE)?;
+            self.rebuild_profile = Some(v.trim().to_string());
+        }
         Ok(self)
     }
+}
+
+/// What `rebuild_profile` accepts.
+const REBUILD_PROFILE_ACCEPTED: &str = "`measured` (the op's own duration), a built-in device profile (h200-pcie5, h100-pcie5, a100-pcie4, rtx4090-pcie4, gh200-c2c) or the path of a profile JSON file (docs/device-profiles.md)";
+
+/// The rebuild times of the profile `name` (see [`SpillConfig::rebuild_profile`]), an error
+/// under `field` when it names nothing.
+fn rebuild_times_named(name: &str, field: &'static str) -> Result<RebuildTimes, SpillError> {
+    let trimmed = name.trim();
+    if trimmed.eq_ignore_ascii_case("measured") {
+        return Ok(RebuildTimes::Measured);
+    }
+    let profile = if let Ok(profile) = DeviceProfile::builtin(trimmed) {
+        profile
+    } else if std::path::Path::new(trimmed).is_file() {
+        DeviceProfile::load(std::path::Path::new(trimmed))?
+    } else {
+        return Err(SpillError::InvalidValue {
+            field,
+            value: name.to_string(),
+            accepted: REBUILD_PROFILE_ACCEPTED,
+        });
+    };
+    Ok(RebuildTimes::Modelled(KernelModel::of(&profile)))
 }
 
 /// Reports a parse error under the environment variable's name.
@@ -830,6 +901,26 @@ mod tests {
                 && err.contains("swap, recompute, both"),
             "{err}"
         );
+        let err = SpillConfig::default()
+            .with_overrides_from(env(&[(ENV_REBUILD_PROFILE, "h300")]))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("BURN_SPILL_REBUILD_PROFILE")
+                && err.contains("h300")
+                && err.contains("measured")
+                && err.contains("h200-pcie5"),
+            "{err}"
+        );
+        let err = SpillConfig::default()
+            .rebuild_profile("h300")
+            .validate()
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("rebuild_profile") && err.contains("h300"),
+            "{err}"
+        );
         for f in [0.0, -0.5, 1.01, f64::NAN] {
             let err = SpillConfig::default()
                 .device_budget_fraction(f)
@@ -856,6 +947,51 @@ mod tests {
         assert!(err.unwrap_err().to_string().contains("cache_ratio"));
     }
 
+    /// Synchronous backends weigh an op's measured time, CubeCL backends the default GPU
+    /// profile's model of it, and a configured profile (or `measured`) wins on both; a profile
+    /// file is read, and a broken one names what is wrong with it.
+    #[test]
+    fn rebuild_times_follow_the_backend_unless_a_profile_is_set() {
+        let model = |name: &str| {
+            RebuildTimes::Modelled(KernelModel::of(&DeviceProfile::builtin(name).unwrap()))
+        };
+        let default = SpillConfig::default();
+        assert_eq!(
+            default.rebuild_times(false).unwrap(),
+            RebuildTimes::Measured
+        );
+        assert_eq!(
+            default.rebuild_times(true).unwrap(),
+            model(crate::policy::recompute::ASYNC_DEFAULT_PROFILE)
+        );
+        let h200 = SpillConfig::default().rebuild_profile("h200-pcie5");
+        assert_eq!(h200.rebuild_times(false).unwrap(), model("h200-pcie5"));
+        assert_eq!(h200.rebuild_times(true).unwrap(), model("h200-pcie5"));
+        let measured = SpillConfig::default()
+            .with_overrides_from(env(&[(ENV_REBUILD_PROFILE, " Measured ")]))
+            .unwrap();
+        assert_eq!(
+            measured.rebuild_times(true).unwrap(),
+            RebuildTimes::Measured
+        );
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("card.json");
+        let mut card = DeviceProfile::builtin("a100-pcie4").unwrap();
+        card.hbm_gb_per_s = 1000.0;
+        std::fs::write(&file, serde_json::to_string(&card).unwrap()).unwrap();
+        let from_file = SpillConfig::default().rebuild_profile(file.display().to_string());
+        assert_eq!(
+            from_file.rebuild_times(true).unwrap(),
+            RebuildTimes::Modelled(KernelModel::of(&card))
+        );
+        std::fs::write(&file, r#"{"name": "broken"}"#).unwrap();
+        let err = from_file.validate().unwrap_err().to_string();
+        assert!(
+            err.contains("card.json") && err.contains("missing field"),
+            "{err}"
+        );
+    }
+
     #[test]
     fn serde_round_trip_and_partial_documents() {
         let c = SpillConfig::cnn().device_budget_bytes(1 << 20).strict(true);
@@ -873,7 +1009,7 @@ mod tests {
         use super::super::*;
         use proptest::prelude::*;
 
-        const VARIABLES: [&str; 9] = [
+        const VARIABLES: [&str; 10] = [
             ENV_PRESET,
             ENV_BUDGET,
             ENV_HOST_LIMIT,
@@ -883,6 +1019,7 @@ mod tests {
             ENV_REMOTE,
             ENV_TIER_ORDER,
             ENV_RECOMPUTE,
+            ENV_REBUILD_PROFILE,
         ];
 
         /// Strings near the accepted syntax, where parsers break: digits, dots, signs,

@@ -31,6 +31,13 @@ pub(crate) fn device_memory_bytes<B: Backend>(device: &B::Device) -> Option<u64>
     Some(kib * 1024)
 }
 
+/// Whether `B`'s ops return once their kernels are queued (CubeCL: wgpu, CUDA, fused or not,
+/// name themselves `cubecl<..>` or `fusion<cubecl<..>>`), so that an op's host-side duration
+/// is a dispatch time, not its kernel's.
+pub(crate) fn dispatches_asynchronously<B: Backend>(device: &B::Device) -> bool {
+    B::name(device).contains("cubecl<")
+}
+
 thread_local! {
     /// Depth of nested `Backend::memory_persistent_allocations` calls on this thread. Burn runs
     /// the closure inline on the caller's thread (CubeCL included), so a thread-local is exact.

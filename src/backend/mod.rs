@@ -25,7 +25,7 @@ use crate::config::{DeviceBudget, SpillConfig};
 use crate::engine::{DeviceEngine, Limits, LiveSummary};
 use crate::tape::{StepAnalysis, StepTape, TapeCounters, TapeFormat};
 use crate::{SpillError, SpillStats};
-use device::{PersistentScope, device_memory_bytes};
+use device::{PersistentScope, device_memory_bytes, dispatches_asynchronously};
 use std::sync::Arc;
 use tensor::SpillTensor;
 
@@ -122,6 +122,7 @@ impl<B: Backend> SpillBackend<B> {
             verify_restores: config.is_verifying_restores(),
             remote_first: config.get_tier_order() == crate::TierOrder::RemoteThenDisk,
             recompute: config.get_recompute(),
+            rebuild_times: config.rebuild_times(dispatches_asynchronously::<B>(device))?,
             pool_margin: config
                 .get_pool_cleanup_margin_bytes()
                 .unwrap_or_else(|| crate::policy::pool::default_margin(budget.unwrap_or(0))),

@@ -17,6 +17,7 @@ use smallvec::SmallVec;
 
 use super::tensor::{Handle, Primitive, SpillTensor};
 use crate::engine::{RebuildPlan, Residency};
+use crate::plan::cost::{self, MatrixDtype, TensorView};
 use crate::policy::recompute::Rebuild;
 
 /// Runs the op again on its inputs' primitives (in argument order).
@@ -120,12 +121,15 @@ impl<B: Backend> Handle<B> {
         let inputs = recipe.live_inputs()?;
         let depth = chain_depth(&inputs);
         let ids: SmallVec<[_; 3]> = inputs.iter().map(|i| i.id()).collect();
-        let input_bytes = inputs
+        let views: SmallVec<[TensorView; 3]> = inputs.iter().map(|i| i.cost_view()).collect();
+        let cost = cost::cost_of(recipe.op, &views, &[self.cost_view()]);
+        let input_bytes = views
             .iter()
             .enumerate()
-            .filter(|(k, i)| !ids[..*k].contains(&i.id()))
-            .map(|(_, i)| i.bytes)
+            .filter(|(k, v)| !ids[..*k].contains(&v.id))
+            .map(|(_, v)| v.bytes)
             .sum();
+        drop(views);
         drop(inputs);
         Some(RebuildPlan {
             inputs: ids,
@@ -134,7 +138,23 @@ impl<B: Backend> Handle<B> {
                 op_time: Duration::from_nanos(recipe.op_nanos.load(Ordering::Relaxed)),
                 depth,
             },
+            cost,
         })
+    }
+
+    /// What the cost model reads of this tensor.
+    fn cost_view(&self) -> TensorView<'_> {
+        let dtype = match self.dtype() {
+            burn_backend::DType::F16 => MatrixDtype::F16,
+            burn_backend::DType::BF16 => MatrixDtype::Bf16,
+            _ => MatrixDtype::F32,
+        };
+        TensorView {
+            id: self.id(),
+            bytes: self.bytes,
+            dtype,
+            shape: self.shape().as_slice(),
+        }
     }
 
     /// Frees the device bytes and holds the recipe's inputs until the rebuild (see

@@ -63,8 +63,10 @@ pub struct RebuildPlan {
     /// Their bytes, each input once: what a rebuild brings to the device beside the op that
     /// needs it.
     pub input_bytes: u64,
-    /// What a rebuild costs.
+    /// What a rebuild costs, with the op's time as last measured.
     pub rebuild: crate::policy::recompute::Rebuild,
+    /// The op's FLOPs and bytes, from its shapes, to model its time on a device.
+    pub cost: crate::plan::cost::OpCost,
 }
 
 struct Entry {

@@ -64,7 +64,8 @@ pub enum MatrixDtype {
 }
 
 impl MatrixDtype {
-    fn of(dtype: &str) -> Self {
+    /// The matrix dtype of a dtype as Burn prints it (`F16`, `BF16`; anything else is `F32`).
+    pub fn of(dtype: &str) -> Self {
         match dtype.to_ascii_uppercase().as_str() {
             "F16" => MatrixDtype::F16,
             "BF16" => MatrixDtype::Bf16,
@@ -73,17 +74,41 @@ impl MatrixDtype {
     }
 }
 
-fn elements(t: &TensorRecord) -> f64 {
+/// What the model reads of one tensor: a tape's record, or a live tensor's shape.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct TensorView<'a> {
+    /// Its id (an input read twice is counted once).
+    pub id: TensorId,
+    /// Its bytes.
+    pub bytes: u64,
+    /// Its dtype, as far as the matrix rate cares.
+    pub dtype: MatrixDtype,
+    /// Its shape.
+    pub shape: &'a [usize],
+}
+
+impl<'a> From<&'a TensorRecord> for TensorView<'a> {
+    fn from(t: &'a TensorRecord) -> Self {
+        Self {
+            id: t.id,
+            bytes: t.bytes,
+            dtype: MatrixDtype::of(&t.dtype),
+            shape: &t.shape,
+        }
+    }
+}
+
+fn elements(t: &TensorView) -> f64 {
     t.shape.iter().map(|&d| d as f64).product()
 }
 
 /// The product of a weight's dimensions after the first: the multiply-adds per output element
 /// of a convolution (`[out, in / groups, k...]`: groups, stride and padding are in the shapes).
-fn per_output(weight: &TensorRecord) -> f64 {
+fn per_output(weight: &TensorView) -> f64 {
     weight.shape.iter().skip(1).map(|&d| d as f64).product()
 }
 
-fn last_dim(t: &TensorRecord) -> f64 {
+fn last_dim(t: &TensorView) -> f64 {
     t.shape.last().copied().unwrap_or(1) as f64
 }
 
@@ -99,9 +124,9 @@ fn base_name(name: &str) -> &str {
 
 /// Matrix multiply-adds x 2 of a matrix op, from its input and output records, or `None` when
 /// the op is not one (or its records are missing).
-fn matrix_flops(name: &str, inputs: &[&TensorRecord], outputs: &[&TensorRecord]) -> Option<f64> {
-    let input = |i: usize| inputs.get(i).copied();
-    let output = outputs.first().copied();
+fn matrix_flops(name: &str, inputs: &[TensorView], outputs: &[TensorView]) -> Option<f64> {
+    let input = |i: usize| inputs.get(i);
+    let output = outputs.first();
     let flops = match name {
         // [.., m, k] x [.., k, n] -> [.., m, n]
         "matmul" | "linear" => 2.0 * elements(output?) * last_dim(input(0)?),
@@ -153,30 +178,27 @@ fn is_view(name: &str) -> bool {
 
 /// The cost of `op`, whose tensors `lookup` finds (an unknown id counts as 0 bytes).
 pub fn op_cost<'t>(op: &OpRecord, lookup: impl Fn(TensorId) -> Option<&'t TensorRecord>) -> OpCost {
-    let mut seen: Vec<TensorId> = Vec::with_capacity(op.inputs.len());
-    let mut inputs = Vec::with_capacity(op.inputs.len());
-    for id in &op.inputs {
-        if let Some(t) = lookup(*id) {
-            inputs.push(t);
-        }
-    }
-    let outputs: Vec<&TensorRecord> = op.outputs.iter().filter_map(|id| lookup(*id)).collect();
-    let mut input_bytes = 0u64;
-    for t in &inputs {
-        if !seen.contains(&t.id) {
-            seen.push(t.id);
-            input_bytes += t.bytes;
-        }
-    }
+    let view = |id: &TensorId| lookup(*id).map(TensorView::from);
+    let inputs: Vec<TensorView> = op.inputs.iter().filter_map(view).collect();
+    let outputs: Vec<TensorView> = op.outputs.iter().filter_map(view).collect();
+    cost_of(&op.name, &inputs, &outputs)
+}
+
+/// The cost of the op named `name` (as Burn's ops traits name it) reading `inputs` (in
+/// argument order; one read twice counts once) and writing `outputs`.
+pub fn cost_of(name: &str, inputs: &[TensorView], outputs: &[TensorView]) -> OpCost {
+    let input_bytes: u64 = inputs
+        .iter()
+        .enumerate()
+        .filter(|(k, t)| !inputs[..*k].iter().any(|seen| seen.id == t.id))
+        .map(|(_, t)| t.bytes)
+        .sum();
     let output_bytes: u64 = outputs.iter().map(|t| t.bytes).sum();
-    let output_elements: f64 = outputs.iter().map(|t| elements(t)).sum();
-    let dtype = MatrixDtype::of(
-        inputs
-            .first()
-            .or(outputs.first())
-            .map_or("F32", |t| t.dtype.as_str()),
-    );
-    let name = op.name.as_str();
+    let output_elements: f64 = outputs.iter().map(elements).sum();
+    let dtype = inputs
+        .first()
+        .or(outputs.first())
+        .map_or(MatrixDtype::F32, |t| t.dtype);
     let base = base_name(name);
     let (class, bytes, matrix, vector) = if name.ends_with("_into_data") {
         (OpClass::ToHost, input_bytes, 0.0, 0.0)
@@ -184,7 +206,7 @@ pub fn op_cost<'t>(op: &OpRecord, lookup: impl Fn(TensorId) -> Option<&'t Tensor
         (OpClass::FromHost, output_bytes, 0.0, 0.0)
     } else if is_view(base) {
         (OpClass::View, 0, 0.0, 0.0)
-    } else if let Some(flops) = matrix_flops(base, &inputs, &outputs) {
+    } else if let Some(flops) = matrix_flops(base, inputs, outputs) {
         (OpClass::Matrix, input_bytes + output_bytes, flops, 0.0)
     } else {
         (
@@ -206,24 +228,61 @@ pub fn op_cost<'t>(op: &OpRecord, lookup: impl Fn(TensorId) -> Option<&'t Tensor
 /// Seconds `cost` keeps the device's compute stream busy on `profile` (a host transfer keeps
 /// it waiting for the link).
 pub fn device_seconds(cost: &OpCost, profile: &DeviceProfile) -> f64 {
-    let memory = cost.bytes as f64 / (profile.hbm_gb_per_s * 1e9 * profile.memory_efficiency);
-    let launch = profile.launch_us * 1e-6;
-    let rate = |tflops: f64| tflops * 1e12 * profile.compute_efficiency;
     match cost.class {
-        OpClass::View => 0.0,
         OpClass::ToHost => profile.link_seconds(cost.bytes, false, false),
         OpClass::FromHost => profile.link_seconds(cost.bytes, true, false),
-        OpClass::Memory => launch + memory.max(cost.vector_flops / rate(profile.vector_tflops_f32)),
-        OpClass::Matrix => {
-            let m = &profile.matrix_tflops;
-            let peak = match cost.dtype {
-                MatrixDtype::F16 => m.f16,
-                MatrixDtype::Bf16 => m.bf16,
-                MatrixDtype::F32 if profile.f32_matmul_tf32 => m.tf32,
-                MatrixDtype::F32 => m.f32,
-            };
-            launch + memory.max(cost.matrix_flops / rate(peak))
+        OpClass::View | OpClass::Memory | OpClass::Matrix => KernelModel::of(profile).seconds(cost),
+    }
+}
+
+/// The figures of a profile that time a kernel, derated by its efficiencies: what the engine
+/// keeps (it is `Copy`) to time a rebuild on the device it runs on.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct KernelModel {
+    launch_seconds: f64,
+    memory_bytes_per_second: f64,
+    vector_flops_per_second: f64,
+    /// `F32` (TF32 where the profile runs `F32` matrix ops on it), `F16`, `BF16`.
+    matrix_flops_per_second: [f64; 3],
+}
+
+impl KernelModel {
+    /// `profile`'s kernel figures.
+    pub fn of(profile: &DeviceProfile) -> Self {
+        let rate = |tflops: f64| tflops * 1e12 * profile.compute_efficiency;
+        let m = &profile.matrix_tflops;
+        let f32_matrix = if profile.f32_matmul_tf32 {
+            m.tf32
+        } else {
+            m.f32
+        };
+        Self {
+            launch_seconds: profile.launch_us * 1e-6,
+            memory_bytes_per_second: profile.hbm_gb_per_s * 1e9 * profile.memory_efficiency,
+            vector_flops_per_second: rate(profile.vector_tflops_f32),
+            matrix_flops_per_second: [rate(f32_matrix), rate(m.f16), rate(m.bf16)],
         }
+    }
+
+    /// Seconds the kernel of `cost` takes: its launch plus the longer of its bytes and its
+    /// arithmetic (a view launches nothing; a host transfer counts as one pass over its bytes,
+    /// the link being the profile's to time).
+    pub fn seconds(&self, cost: &OpCost) -> f64 {
+        let memory = cost.bytes as f64 / self.memory_bytes_per_second;
+        let arithmetic = match cost.class {
+            OpClass::View => return 0.0,
+            OpClass::ToHost | OpClass::FromHost => 0.0,
+            OpClass::Memory => cost.vector_flops / self.vector_flops_per_second,
+            OpClass::Matrix => {
+                let peak = match cost.dtype {
+                    MatrixDtype::F32 => self.matrix_flops_per_second[0],
+                    MatrixDtype::F16 => self.matrix_flops_per_second[1],
+                    MatrixDtype::Bf16 => self.matrix_flops_per_second[2],
+                };
+                cost.matrix_flops / peak
+            }
+        };
+        self.launch_seconds + memory.max(arithmetic)
     }
 }
 

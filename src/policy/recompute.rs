@@ -20,6 +20,7 @@ use serde::{Deserialize, Serialize};
 
 use super::victim::Bandwidth;
 use crate::SpillError;
+use crate::plan::cost::{KernelModel, OpCost};
 
 /// What the engine may do with a victim on the device.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
@@ -115,6 +116,12 @@ pub fn is_recomputable(name: &str) -> bool {
     RECOMPUTABLE_OPS.contains(&name)
 }
 
+/// The profile that times rebuilds on a CubeCL backend (wgpu, CUDA) when none is configured:
+/// the built-in with the slowest device memory, so that a rebuild is not taken for cheaper
+/// than it is on a faster card (its ops' measured durations are dispatch times, and the card
+/// is not known).
+pub const ASYNC_DEFAULT_PROFILE: &str = "rtx4090-pcie4";
+
 /// How deep a chain of dropped tensors may be when one more is dropped: a rebuild runs this
 /// many ops at most before the op that needs it.
 pub const MAX_REBUILD_DEPTH: u32 = 4;
@@ -122,10 +129,33 @@ pub const MAX_REBUILD_DEPTH: u32 = 4;
 /// What rebuilding one victim costs.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Rebuild {
-    /// The op's own time, as last measured (on an asynchronous backend, its dispatch time).
+    /// The op's time: as last measured, or modelled (see [`RebuildTimes`]).
     pub op_time: Duration,
     /// How many dropped tensors its inputs already depend on, itself not counted.
     pub depth: u32,
+}
+
+/// Where the op time of a rebuild comes from when [`RecomputeMode::Both`] weighs it.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub enum RebuildTimes {
+    /// The op's own duration when it last ran: its compute time on a synchronous backend
+    /// (Flex, NdArray), where an op returns once its result is there.
+    #[default]
+    Measured,
+    /// The op's kernel on a device's figures, from its FLOPs and bytes: for asynchronous
+    /// backends (CubeCL: wgpu, CUDA), whose ops return once their kernels are queued, so that a
+    /// measured duration is a dispatch time and says nothing of the kernel's.
+    Modelled(KernelModel),
+}
+
+impl RebuildTimes {
+    /// The time to weigh for an op that last took `measured` on the host and costs `cost`.
+    pub fn op_time(&self, measured: Duration, cost: &OpCost) -> Duration {
+        match self {
+            RebuildTimes::Measured => measured,
+            RebuildTimes::Modelled(model) => Duration::from_secs_f64(model.seconds(cost)),
+        }
+    }
 }
 
 /// What the engine knows of a victim when it decides.
@@ -265,5 +295,48 @@ mod tests {
             &mb,
             &rebuild(1_500, 1)
         ));
+    }
+
+    /// On an asynchronous backend the measured time is a dispatch time: a slow host's 3 ms
+    /// for a 1 MB add says nothing of its kernel, which on an H200 reads and writes 3 MB in
+    /// under 4 us (plus its launch), far below the 2 ms round trip over a 1 GB/s link.
+    #[test]
+    fn modelled_times_come_from_the_op_and_decide_instead_of_dispatch_times() {
+        use crate::plan::DeviceProfile;
+        use crate::plan::cost::{MatrixDtype, TensorView, cost_of};
+        let shape = [250_000usize];
+        let view = |id| TensorView {
+            id,
+            bytes: 1_000_000,
+            dtype: MatrixDtype::F32,
+            shape: &shape,
+        };
+        let cost = cost_of("float_add", &[view(1), view(2)], &[view(3)]);
+        assert_eq!(cost.bytes, 3_000_000);
+        let h200 = DeviceProfile::builtin("h200-pcie5").unwrap();
+        let model = KernelModel::of(&h200);
+        let dispatch = Duration::from_millis(3);
+        assert_eq!(RebuildTimes::Measured.op_time(dispatch, &cost), dispatch);
+        let modelled = RebuildTimes::Modelled(model).op_time(dispatch, &cost);
+        let expected =
+            h200.launch_us * 1e-6 + 3e6 / (h200.hbm_gb_per_s * 1e9 * h200.memory_efficiency);
+        assert!(
+            (modelled.as_secs_f64() - expected).abs() < 1e-9,
+            "{modelled:?}"
+        );
+        let mb = victim(1_000_000, false);
+        let decide =
+            |op_time| prefer_recompute(RecomputeMode::Both, &mb, &Rebuild { op_time, depth: 0 });
+        assert!(
+            !decide(dispatch),
+            "the dispatch time makes a move look cheaper"
+        );
+        assert!(
+            decide(modelled),
+            "the kernel is cheaper than the round trip"
+        );
+        // The default for unknown cards has the slowest memory of the built-ins.
+        let slow = KernelModel::of(&DeviceProfile::builtin(ASYNC_DEFAULT_PROFILE).unwrap());
+        assert!(RebuildTimes::Modelled(slow).op_time(dispatch, &cost) > modelled);
     }
 }

@@ -48,13 +48,14 @@ use crate::engine::slot::{TensorId, Tier};
 use crate::engine::transfer::Transfers;
 use crate::fast_hash::FastMap;
 use crate::policy::plan::{PlanKey, UsePlan};
+use crate::policy::recompute::RebuildTimes;
 use crate::policy::{PolicyKind, RecomputeMode};
 use crate::stats::SpillStats;
 use crate::tape::Recorder;
 
 /// The resolved limits of one device, in bytes. `Copy`: the per-op path reads them twice an
 /// op, and a copy costs less than counting a shared reference (two atomic operations).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct Limits {
     /// Hard device budget (`None` = unlimited: nothing is tracked or moved).
     pub budget: Option<u64>,
@@ -82,6 +83,8 @@ pub struct Limits {
     pub remote_first: bool,
     /// Whether victims may be dropped and rebuilt instead of moved.
     pub recompute: RecomputeMode,
+    /// Where a rebuild's op time comes from when `recompute` weighs it against a move.
+    pub rebuild_times: RebuildTimes,
 }
 
 impl Limits {

@@ -7,7 +7,7 @@ use crate::engine::index::{Candidate, RebuildPlan};
 use crate::engine::ledger::Direction;
 use crate::engine::slot::Tier;
 use crate::policy::plan::{NextUse, UsePlan};
-use crate::policy::recompute::{self, RecomputeMode, Victim};
+use crate::policy::recompute::{self, Rebuild, RebuildTimes, RecomputeMode, Victim};
 use crate::policy::victim::Bandwidth;
 
 use super::{DeviceEngine, Limits, lock};
@@ -22,6 +22,7 @@ pub(super) struct DropContext {
     prefetch_window: u32,
     evict: Bandwidth,
     restore: Bandwidth,
+    times: RebuildTimes,
 }
 
 impl DeviceEngine {
@@ -48,6 +49,7 @@ impl DeviceEngine {
             prefetch_window: limits.prefetch_window,
             evict: Bandwidth::measured(moves.bytes, moves.time, Bandwidth::HOST_DEFAULT),
             restore: self.restore_bandwidth(Tier::Device),
+            times: limits.rebuild_times,
         })
     }
 
@@ -67,7 +69,11 @@ impl DeviceEngine {
             restore: context.restore,
             restore_hidden: context.prefetch_window > 0 && next_use > context.prefetch_window,
         };
-        recompute::prefer_recompute(context.mode, &victim, &recipe.rebuild)
+        let rebuild = Rebuild {
+            op_time: context.times.op_time(recipe.rebuild.op_time, &recipe.cost),
+            ..recipe.rebuild
+        };
+        recompute::prefer_recompute(context.mode, &victim, &rebuild)
             && candidate.victim.drop_for_rebuild(self)
     }
 
