@@ -25,6 +25,11 @@
 //!
 //! A second table compares swap only, recompute only and both (`SpillConfig::recompute`) at 50%
 //! and 30% under `next_use`: step time, bytes moved and the rebuilds per step with their time.
+//! A third gives the dry-run planner's prediction for the same recorded steps on `h200-pcie5`
+//! (`burn_spill::plan::dry_run_over_budget`, `cost_aware`) at 50%, 33% and 25% of the step's
+//! unlimited peak there, per mode: the step-time overhead, the bytes moved and the rebuilds.
+//! These models are tiny, so on an H200 their kernels are launch-bound; the GPU-scale models'
+//! predictions are `scripts/plan-gpu-scale.sh`'s (docs/planner.md).
 //!
 //! Criterion also times the CNN step on plain Flex and under each policy at 50%.
 
@@ -39,8 +44,10 @@ use burn::optim::adaptor::OptimizerAdaptor;
 use burn::optim::{Adam, AdamConfig, GradientsParams, Optimizer};
 use burn::tensor::backend::AutodiffBackend;
 use burn::tensor::{ElementConversion, Tensor};
+use burn_spill::plan::{DeviceProfile, dry_run_over_budget};
 use burn_spill::policy::replay;
-use burn_spill::{PolicyKind, RecomputeMode, SpillBackend, SpillConfig};
+use burn_spill::tape::StepTape;
+use burn_spill::{DeviceBudget, PolicyKind, RecomputeMode, SpillBackend, SpillConfig};
 use criterion::Criterion;
 use small_models::{SmallCnn, TinyGpt, cnn_batch, gpt_batch};
 
@@ -317,6 +324,43 @@ fn print_recompute_summary(rows: &[Row]) {
     }
 }
 
+const PREDICTED_PROFILE: &str = "h200-pcie5";
+const PREDICTED_BUDGETS_PERCENT: [u64; 3] = [50, 33, 25];
+
+/// The planner's predicted overhead of `tape` on [`PREDICTED_PROFILE`] per budget and mode,
+/// under `config` (the model's preset) with `cost_aware`.
+fn print_predicted(model: &str, tape: &StepTape, config: SpillConfig) {
+    let profile = DeviceProfile::builtin(PREDICTED_PROFILE).unwrap();
+    let config = config.policy(PolicyKind::CostAware);
+    let unlimited = dry_run_over_budget(
+        tape,
+        &profile,
+        &config.clone().device_budget(DeviceBudget::Unlimited),
+    )
+    .expect("a valid config");
+    for percent in PREDICTED_BUDGETS_PERCENT {
+        let budget = unlimited.unlimited_peak * percent / 100;
+        let cells: Vec<String> = RECOMPUTE_MODES
+            .iter()
+            .map(|&mode| {
+                let run = dry_run_over_budget(
+                    tape,
+                    &profile,
+                    &config.clone().recompute(mode).device_budget_bytes(budget),
+                )
+                .expect("a valid config");
+                format!(
+                    "{:+.1}% ({} B, {} rebuilds)",
+                    run.overhead * 100.0,
+                    run.simulated.traffic.total(),
+                    run.simulated.rebuilds
+                )
+            })
+            .collect();
+        println!("| {model} | {percent}% | {} |", cells.join(" | "));
+    }
+}
+
 fn ratio_of(moved: u64, min: u64) -> String {
     match (moved, min) {
         (0, 0) => "1.00".into(),
@@ -382,10 +426,30 @@ fn main() {
     }
     let mut rows = rows_for::<SmallCnn<Spilled>>(rounds);
     rows.extend(rows_for::<TinyGpt<Spilled>>(rounds));
+    let device = Default::default();
     let mut recompute_rows = recompute_rows_for::<SmallCnn<Spilled>>(rounds);
+    let cnn_tape = Spill::last_step(&device).expect("the CNN's step was recorded");
     recompute_rows.extend(recompute_rows_for::<TinyGpt<Spilled>>(rounds));
-    Spill::configure(&Default::default(), SpillConfig::default()).unwrap();
+    let gpt_tape = Spill::last_step(&device).expect("the Transformer's step was recorded");
+    Spill::configure(&device, SpillConfig::default()).unwrap();
     print_summary(&rows);
     print_recompute_summary(&recompute_rows);
+    println!();
+    println!(
+        "Predicted on {PREDICTED_PROFILE} (dry run, cost_aware): overhead over unlimited, bytes moved, rebuilds"
+    );
+    println!();
+    println!("| model | budget | swap | recompute | both |");
+    println!("| --- | --- | --- | --- | --- |");
+    print_predicted(
+        SmallCnn::<Spilled>::NAME,
+        &cnn_tape,
+        SmallCnn::<Spilled>::config(),
+    );
+    print_predicted(
+        TinyGpt::<Spilled>::NAME,
+        &gpt_tape,
+        TinyGpt::<Spilled>::config(),
+    );
     criterion.final_summary();
 }
