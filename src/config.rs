@@ -912,6 +912,9 @@ mod tests {
                 && err.contains("h200-pcie5"),
             "{err}"
         );
+        for name in crate::plan::BUILTIN_PROFILES {
+            assert!(REBUILD_PROFILE_ACCEPTED.contains(name), "{name}");
+        }
         let err = SpillConfig::default()
             .rebuild_profile("h300")
             .validate()

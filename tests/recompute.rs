@@ -234,21 +234,38 @@ fn transformer_with_both_swap_and_recompute_trains_identically_at_30_percent() {
     report("transformer, both", &stats);
 }
 
-/// `both` with a GPU's figures: each rebuild is timed as its kernel on an H200, whose memory
-/// is about 90 times faster than its link, so elementwise outputs are rebuilt rather than moved
-/// (the measured times of a CPU backend would not say so), and training stays exact.
+/// `both` with a card's figures: each rebuild is timed as its kernel on the named profile,
+/// not by its measured time. On an H200, whose memory is about 90 times faster than its link,
+/// elementwise outputs are rebuilt rather than moved; on a made-up card with the same link
+/// and memory a million times slower, none is. Training stays exact on both.
 #[test]
-fn transformer_with_both_timed_on_a_gpu_profile_rebuilds_and_trains_identically() {
-    let both = |config: SpillConfig| {
-        dropping(config)
-            .recompute(RecomputeMode::Both)
-            .rebuild_profile("h200-pcie5")
+fn both_times_rebuilds_on_the_configured_profile_and_trains_identically() {
+    let run = |profile: String| {
+        let both = move |config: SpillConfig| {
+            dropping(config)
+                .recompute(RecomputeMode::Both)
+                .rebuild_profile(profile.clone())
+        };
+        marked(gpt::<Trained>, gpt::<Spilled>, 4, &both)
     };
-    let stats = marked(gpt::<Trained>, gpt::<Spilled>, 4, &both);
-    report("transformer, both on h200-pcie5", &stats);
+    let h200 = run("h200-pcie5".into());
+    report("transformer, both on h200-pcie5", &h200);
     assert!(
-        stats.recompute.rebuilt > 0,
-        "a GPU's kernel times make rebuilds cheap: {:?}",
+        h200.recompute.rebuilt > 0,
+        "an H200's kernel times make rebuilds cheap: {:?}",
+        h200.recompute
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let slow = dir.path().join("slow-memory.json");
+    let mut card = burn_spill::plan::DeviceProfile::builtin("h200-pcie5").unwrap();
+    card.name = "slow-memory".into();
+    card.hbm_gb_per_s = 0.001;
+    std::fs::write(&slow, serde_json::to_string(&card).unwrap()).unwrap();
+    let stats = run(slow.display().to_string());
+    report("transformer, both on slow memory", &stats);
+    assert_eq!(
+        stats.recompute.dropped, 0,
+        "a rebuild at 1 MB/s is dearer than any move: {:?}",
         stats.recompute
     );
 }
