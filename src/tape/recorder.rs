@@ -189,8 +189,15 @@ struct State {
     divergences: u64,
     /// Whether step markers were ever used; until then steps are found automatically.
     markers_used: bool,
-    /// Finds the period of an unmarked op stream; dropped once the period is confirmed.
+    /// Finds the period of an unmarked op stream. Dropped while detection is paused.
     detector: Option<PeriodDetector>,
+    /// Period detection is paused: a step of the confirmed period was verified in full, so
+    /// verification itself watches the stream, and a divergence starts detection afresh.
+    detection_paused: bool,
+    /// Whether detection may pause: not after a paused period once diverged (its program
+    /// alternates between shapes, or the period was a repetition inside the real step, whose
+    /// period the detector must then keep looking for with its whole history).
+    may_pause_detection: bool,
     /// A period the detector reported, and for how many ops in a row it has held.
     candidate: Option<(usize, usize)>,
     /// The confirmed period of an unmarked stream: a step is cut every this many ops.
@@ -324,8 +331,11 @@ impl State {
                     state.stable = 0;
                     state.expected.clear();
                     state.restart_detection();
-                } else if state.steps_since_recorded + 1 >= state.resample_every {
-                    state.mode = Mode::Record;
+                } else {
+                    state.pause_detection();
+                    if state.steps_since_recorded + 1 >= state.resample_every {
+                        state.mode = Mode::Record;
+                    }
                 }
             }
         }
@@ -345,6 +355,22 @@ impl State {
             self.auto_period = None;
             self.candidate = None;
         }
+        if self.detection_paused {
+            // The detector starts from this point of the stream, and runs from now on.
+            self.detection_paused = false;
+            self.may_pause_detection = false;
+        }
+    }
+
+    /// After a verified step of an unmarked stream's confirmed period: the detector's work per
+    /// op (a tenth of a small model's step) buys nothing while each op is compared with the
+    /// recorded step anyway, so it stops until a divergence.
+    fn pause_detection(&mut self) {
+        if !self.markers_used && self.auto_period.is_some() && self.may_pause_detection {
+            self.detection_paused = true;
+            self.detector = None;
+            self.candidate = None;
+        }
     }
 
     /// Cuts unmarked streams into steps. Every op's signature goes to the period detector; a
@@ -352,9 +378,18 @@ impl State {
     /// every `period` ops (the ops before the confirmation are not a step). The detector keeps
     /// running: the whole training step is often confirmed only after shorter repetitions inside
     /// it (identical layers, the optimizer's per-parameter updates), so a longer confirmed
-    /// period replaces a shorter one. After a divergence any confirmed period is taken.
+    /// period replaces a shorter one. After a divergence any confirmed period is taken. Once a
+    /// step of the confirmed period verifies, detection pauses (see `pause_detection`).
     fn auto_step(&mut self, sig: u64) {
         if self.markers_used {
+            return;
+        }
+        if self.detection_paused {
+            if let Some(period) = self.auto_period
+                && self.signatures.len() >= period
+            {
+                self.close(false);
+            }
             return;
         }
         let detector = self.detector.get_or_insert_with(PeriodDetector::default);
@@ -433,6 +468,8 @@ impl Default for Recorder {
                 divergences: 0,
                 markers_used: false,
                 detector: None,
+                detection_paused: false,
+                may_pause_detection: true,
                 candidate: None,
                 auto_period: None,
                 main_thread: None,
@@ -720,6 +757,7 @@ impl Recorder {
             state.main_thread = Some(thread);
             state.markers_used = true;
             state.detector = None;
+            state.detection_paused = false;
             state.auto_period = None;
         }
         let closed = state.close(next_marked);
@@ -1140,5 +1178,121 @@ mod auto_step_tests {
         all.sort_unstable();
         assert_eq!(seen, all, "one whole period, in some rotation");
         assert_eq!(counters.divergences, 0);
+    }
+
+    /// Records one op of an unmarked stream: `name`, with one output of shape `[width]`.
+    fn op(rec: &Recorder, name: &'static str, width: usize) {
+        let shape = [width];
+        let view = TensorView {
+            id: 1,
+            bytes: 4,
+            dtype: "F32",
+            shape: &shape,
+            role: TensorRole::Other,
+        };
+        rec.record_op(
+            name,
+            [view].into_iter(),
+            [view].into_iter(),
+            Instant::now(),
+            1,
+            [0; 3],
+        );
+    }
+
+    fn detection(rec: &Recorder) -> (bool, bool, bool) {
+        let state = rec.lock();
+        (
+            state.detection_paused,
+            state.detector.is_some(),
+            state.may_pause_detection,
+        )
+    }
+
+    #[test]
+    fn detection_pauses_while_steps_verify_and_resumes_when_the_program_changes() {
+        let rec = Recorder::default();
+        rec.set_enabled(true);
+        let step = [
+            "float_exp",
+            "float_log",
+            "float_mul",
+            "float_sum",
+            "float_neg",
+        ];
+        for _ in 0..12 {
+            for name in step {
+                op(&rec, name, 3);
+            }
+        }
+        assert_eq!(rec.counters().auto_period, Some(5));
+        assert!(rec.counters().verifying);
+        assert_eq!(
+            detection(&rec),
+            (true, false, true),
+            "a verified step pauses detection and frees the detector"
+        );
+        let verified = rec.counters().steps;
+        for _ in 0..4 {
+            for name in step {
+                op(&rec, name, 3);
+            }
+        }
+        assert_eq!(
+            rec.counters().steps,
+            verified + 4,
+            "paused, steps are still cut at the period"
+        );
+
+        // A new program of 7 ops: a divergence, then its period is found from scratch.
+        let longer = [
+            "float_exp",
+            "float_log",
+            "float_mul",
+            "float_sum",
+            "float_neg",
+            "float_abs",
+            "float_sqrt",
+        ];
+        for _ in 0..12 {
+            for name in longer {
+                op(&rec, name, 4);
+            }
+        }
+        let counters = rec.counters();
+        assert!(counters.divergences >= 1);
+        assert_eq!(counters.auto_period, Some(7), "the new period is found");
+        assert_eq!(
+            detection(&rec),
+            (false, true, false),
+            "after a paused period diverged, detection runs for good"
+        );
+    }
+
+    #[test]
+    fn a_repetition_inside_the_step_does_not_hide_the_step_when_detection_paused() {
+        // Six identical 4-op layers and a 2-op head: the layer's period is confirmed, recorded
+        // twice and verified (detection pauses) before the head breaks it.
+        let rec = Recorder::default();
+        rec.set_enabled(true);
+        let layer = ["float_matmul", "float_add", "relu", "float_mul"];
+        for _ in 0..12 {
+            for _ in 0..6 {
+                for name in layer {
+                    op(&rec, name, 8);
+                }
+            }
+            op(&rec, "float_sum", 1);
+            op(&rec, "float_neg", 1);
+        }
+        assert!(
+            !detection(&rec).2,
+            "detection paused on the layer, and the head's divergence resumed it"
+        );
+        assert_eq!(
+            rec.counters().auto_period,
+            Some(26),
+            "the whole step is found"
+        );
     }
 }
