@@ -1,8 +1,10 @@
 //! Per-op overhead of `SpillBackend<Flex>` against plain `Flex`, and one training step of the
-//! small CNN and of the tiny Transformer, measured in the same run, twice: unconfigured (every
-//! op is a flag check), and configured with a budget that never binds (the tape in its default
-//! mode, the engine asynchronous), which is what a user who sets a budget pays while memory is
-//! ample. Prints a markdown table of the ratios at the end.
+//! small CNN and of the tiny Transformer, measured in the same run, three times: unconfigured
+//! (every op is a flag check), configured with a budget that never binds (the default LRU
+//! policy, the engine asynchronous), and the same budget with the Transformer preset, whose
+//! tape records in its default mode (steps found in the unmarked op stream, then verified, one
+//! in a hundred recorded): what a user who sets a budget pays while memory is ample. Prints a
+//! markdown table of the ratios at the end.
 //!
 //! ```text
 //! cargo bench --bench overhead
@@ -211,20 +213,33 @@ fn bench_all(c: &mut Criterion, spill_id: &str, with_plain: bool) {
     bench_step::<Autodiff<Spill>, TinyGpt<_>>(c, "transformer_train_step", spill_id);
 }
 
-const SETTINGS: [(&str, &str); 2] = [
+const SETTINGS: [(&str, &str); 3] = [
     ("spill", "unconfigured"),
     ("spill_ample", "configured, budget never binding"),
+    (
+        "spill_ample_preset",
+        "configured with the Transformer preset (tape on), never binding",
+    ),
 ];
+
+/// The spilled side's config for each of [`SETTINGS`].
+fn setting_config(setting: usize) -> SpillConfig {
+    match setting {
+        0 => SpillConfig::default(),
+        1 => SpillConfig::default().device_budget_bytes(AMPLE_BUDGET),
+        _ => SpillConfig::transformer().device_budget_bytes(AMPLE_BUDGET),
+    }
+}
 
 fn main() {
     let mut c = Criterion::default()
         .configure_from_args()
         .warm_up_time(Duration::from_millis(500))
         .measurement_time(Duration::from_secs(3));
-    configure(SpillConfig::default());
-    bench_all(&mut c, SETTINGS[0].0, true);
-    configure(SpillConfig::default().device_budget_bytes(AMPLE_BUDGET));
-    bench_all(&mut c, SETTINGS[1].0, false);
+    for (setting, (id, _)) in SETTINGS.iter().enumerate() {
+        configure(setting_config(setting));
+        bench_all(&mut c, id, setting == 0);
+    }
     c.final_summary();
 
     println!("\n| benchmark | spilled side | plain (ns) | spill (ns) | added (ns) | ratio |");
@@ -250,14 +265,8 @@ fn main() {
     }
     let rounds = 101;
     println!("\nPaired: median spill/plain ratio over {rounds} alternating steps");
-    for (config, what) in [
-        (SpillConfig::default(), SETTINGS[0].1),
-        (
-            SpillConfig::default().device_budget_bytes(AMPLE_BUDGET),
-            SETTINGS[1].1,
-        ),
-    ] {
-        configure(config);
+    for (setting, (_, what)) in SETTINGS.iter().enumerate() {
+        configure(setting_config(setting));
         println!(
             "- {what}: cnn_train_step {:.4}, transformer_train_step {:.4}",
             paired_cnn_ratio(rounds),

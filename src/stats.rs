@@ -119,6 +119,11 @@ pub struct SpillStats {
     /// ([`SpillConfig::recompute`](crate::SpillConfig::recompute)).
     #[serde(default)]
     pub recompute: RecomputeStats,
+    /// Whether ops are tracked (pinned, indexed, counted against the budget one by one): true
+    /// once the device neared its budget after `configure`. Until then memory is ample, and
+    /// ops run untracked, at almost the cost of an unconfigured device.
+    #[serde(default)]
+    pub ops_tracked: bool,
 }
 
 /// What dropping and rebuilding tensors did on one device.

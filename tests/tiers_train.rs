@@ -281,11 +281,14 @@ fn a_budget_that_starts_to_bind_mid_run_is_honoured() {
         .unwrap();
     // The device's counters run over the whole process (other tests trained on it before).
     let before = SpillBackend::<Flex>::stats(&device);
+    assert!(!before.ops_tracked, "a fresh budget starts untracked");
     let mut moved_while_small = None;
+    let mut tracked_while_small = None;
     let run = cnn_growing::<Spilled>(&device, &batches, |step| {
         if step + 1 == small_steps {
             let now = SpillBackend::<Flex>::stats(&device);
             moved_while_small = Some(now.device_to_host.count - before.device_to_host.count);
+            tracked_while_small = Some(now.ops_tracked);
         }
         if step == small_steps {
             // The first large step teaches the engine the new op sizes; measure the rest.
@@ -306,6 +309,12 @@ fn a_budget_that_starts_to_bind_mid_run_is_honoured() {
         Some(0),
         "nothing moves while memory is ample"
     );
+    assert_eq!(
+        tracked_while_small,
+        Some(false),
+        "ops run untracked while memory is ample"
+    );
+    assert!(stats.ops_tracked, "ops are tracked once the budget binds");
     assert!(
         stats.device_to_host.count > before.device_to_host.count,
         "nothing was spilled once it bound"

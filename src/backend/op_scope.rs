@@ -140,6 +140,14 @@ pub(crate) struct OpScope<B: Backend> {
     recomputable: bool,
     /// Its tensor arguments, for the recipe: noted once the device is known to drop victims.
     recipe_inputs: Option<RecipeInputs<B>>,
+    /// Whether the engine was asked if this op runs untracked (see `engine::device::ample`).
+    decided: bool,
+    /// The op runs untracked: memory is ample, so its inputs are not pinned, it reserves
+    /// nothing, and its outputs are only listed for the index.
+    untracked: bool,
+    /// An untracked op's input sizes and output bytes, to learn its output size.
+    untracked_inputs: SmallVec<[u64; 4]>,
+    untracked_output_bytes: u64,
 }
 
 impl<B: Backend> OpScope<B> {
@@ -156,6 +164,10 @@ impl<B: Backend> OpScope<B> {
             recording: None,
             recomputable: false,
             recipe_inputs: None,
+            decided: false,
+            untracked: false,
+            untracked_inputs: SmallVec::new(),
+            untracked_output_bytes: 0,
         }
     }
 
@@ -188,12 +200,15 @@ impl<B: Backend> OpScope<B> {
 
     /// Notes an input the op will read.
     pub(crate) fn input(&mut self, tensor: &SpillTensor<B>) {
-        if self.recomputable {
-            self.recipe_input(tensor);
-        }
         let tracking = tensor.engine().is_tracking();
         if tracking && self.engine.is_none() {
             self.engine = Some(tensor.engine().clone());
+        }
+        if tracking && !self.decided {
+            self.decide(tensor.bytes());
+        }
+        if self.recomputable {
+            self.recipe_input(tensor);
         }
         if let Some(recording) = self.recording_for(tensor.engine())
             && recording.started.is_some()
@@ -203,7 +218,24 @@ impl<B: Backend> OpScope<B> {
         if !tracking {
             return;
         }
+        if self.untracked {
+            self.untracked_inputs.push(tensor.bytes());
+            return;
+        }
         self.pinned_input(tensor, false);
+    }
+
+    /// Asks the scope's engine whether this op runs untracked, `first_bytes` being its first
+    /// input or the tensor it creates (0 when unknown). An untracked op keeps no recipe: its
+    /// device drops nothing while memory is ample.
+    fn decide(&mut self, first_bytes: u64) {
+        self.decided = true;
+        if let Some(engine) = &self.engine {
+            self.untracked = engine.begin_untracked(first_bytes);
+        }
+        if self.untracked {
+            self.recomputable = false;
+        }
     }
 
     /// Notes `tensor` for the engine to pin and make resident: an input of the op, or (with
@@ -294,6 +326,13 @@ impl<B: Backend> OpScope<B> {
 
     /// Makes room for the noted inputs and the estimated output.
     pub(crate) fn begin(&mut self) {
+        if self.engine.is_some() && !self.decided {
+            // An op that creates a tensor from nothing: sized by its arguments.
+            self.decide(self.created.bytes().unwrap_or(0));
+        }
+        if self.untracked {
+            return;
+        }
         if let Some(engine) = &self.engine {
             let hint = self.hints.as_ref().map_or(0, Hasher::finish);
             // An op with tensor inputs has its output size learnt from them; one that creates
@@ -363,7 +402,10 @@ impl<B: Backend> OpScope<B> {
     pub(crate) fn output(&mut self, tensor: SpillTensor<B>) -> SpillTensor<B> {
         let tracking = tensor.engine().is_tracking();
         if tracking && self.engine.is_none() {
+            // Known only from its output: the op ran without a ticket, and its outputs are
+            // indexed when the scope ends.
             self.engine = Some(tensor.engine().clone());
+            self.decided = true;
         }
         if let Some(recording) = self.recording_for(tensor.engine()) {
             recording.outputs.push(TapeEntry::of(&tensor));
@@ -373,6 +415,15 @@ impl<B: Backend> OpScope<B> {
         }
         let engine = tensor.engine();
         let evictable = tensor.evictable();
+        if self.untracked
+            && let Some(own) = &self.engine
+            && Arc::ptr_eq(own, engine)
+        {
+            self.untracked_output_bytes += tensor.bytes();
+            engine
+                .note_untracked_output(tensor.id(), tensor.bytes(), evictable, || tensor.victim());
+            return tensor;
+        }
         if evictable {
             tensor.mark_indexed();
         }
@@ -428,6 +479,22 @@ impl<B: Backend> Drop for OpScope<B> {
             self.retired.clear();
             return;
         };
+        if self.untracked {
+            // Released before anything else: a switch to tracking waits for untracked ops.
+            engine.end_untracked();
+            if !std::thread::panicking() {
+                let hint = self.hints.as_ref().map_or(0, Hasher::finish);
+                engine.learn_untracked(
+                    self.name,
+                    hint,
+                    &self.untracked_inputs,
+                    self.untracked_output_bytes,
+                );
+                self.retired.clear();
+                engine.after_op();
+            }
+            return;
+        }
         let ticket = self.ticket.take();
         if std::thread::panicking() {
             // The op failed: release the pins, move nothing.

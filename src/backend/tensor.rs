@@ -343,6 +343,10 @@ impl<B: Backend> Spillable for Handle<B> {
         self
     }
 
+    fn mark_indexed(&self) {
+        self.indexed.store(true, Ordering::Relaxed);
+    }
+
     fn rebuild_plan(&self) -> Option<RebuildPlan> {
         Handle::rebuild_plan(self)
     }

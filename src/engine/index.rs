@@ -42,6 +42,8 @@ pub trait Spillable: Send + Sync {
     }
     /// The tensor as `Any`, so that an adapter can find its own handles in a batch.
     fn as_any(&self) -> &dyn std::any::Any;
+    /// Notes that the index now holds this tensor, so that its drop removes it from there.
+    fn mark_indexed(&self);
     /// What dropping this tensor now would rely on: its recipe's inputs and the cost of a
     /// rebuild. `None` (the default) when it has no recipe or an input is gone.
     fn rebuild_plan(&self) -> Option<RebuildPlan> {
@@ -525,6 +527,7 @@ mod tests {
         fn as_any(&self) -> &dyn std::any::Any {
             self
         }
+        fn mark_indexed(&self) {}
     }
 
     #[test]

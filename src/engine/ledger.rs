@@ -334,6 +334,11 @@ impl Ledger {
         self.tier[tier.index()].load(Ordering::Relaxed)
     }
 
+    /// Bytes of tensors dropped from the device to be rebuilt, now.
+    pub fn dropped_now(&self) -> u64 {
+        self.dropped_now.load(Ordering::Relaxed)
+    }
+
     /// Records device bytes that may not leave the device (strided views), now created (`true`)
     /// or dropped (`false`).
     pub fn on_unevictable(&self, bytes: u64, created: bool) {
@@ -472,6 +477,8 @@ impl Ledger {
                 rebuild_time: Duration::from_nanos(self.rebuild_nanos.load(Ordering::Relaxed)),
                 dropped_now_bytes: self.dropped_now.load(Ordering::Relaxed),
             },
+            // The engine's mode, not a counter: the engine fills it in.
+            ops_tracked: false,
         }
     }
 }

@@ -11,6 +11,7 @@
 //!
 //! Nothing here names a Burn type; everything is unit-tested on synthetic tapes.
 
+pub(crate) mod ample;
 pub(crate) mod handoff;
 pub(crate) mod plan;
 pub(crate) mod pool;

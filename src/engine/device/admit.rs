@@ -69,6 +69,18 @@ pub struct OpTicket {
     planning: bool,
 }
 
+/// The key output sizes are learnt under: the op, the arguments that decide its output size
+/// (`hint`) and its inputs' sizes in order.
+pub(super) fn op_signature(name: &str, hint: u64, input_bytes: impl Iterator<Item = u64>) -> u64 {
+    let mut hasher = FastHasher::default();
+    name.hash(&mut hasher);
+    hint.hash(&mut hasher);
+    for bytes in input_bytes {
+        bytes.hash(&mut hasher);
+    }
+    hasher.finish()
+}
+
 impl DeviceEngine {
     /// Pins `inputs` and evicts other tensors until the inputs that must be restored plus the
     /// estimated output fit the budget. `hint` folds in the non-tensor arguments that decide
@@ -96,14 +108,11 @@ impl DeviceEngine {
         let mut ids = smallvec::SmallVec::<[TensorId; 4]>::new();
         let (mut input_bytes, mut to_restore, mut largest) = (0u64, 0u64, 0u64);
         let mut evictable_input_bytes = 0u64;
-        let mut hasher = FastHasher::default();
-        let (signature, learnt);
-        name.hash(&mut hasher);
-        hint.hash(&mut hasher);
+        let signature = op_signature(name, hint, inputs.iter().map(|i| i.bytes));
+        let learnt;
         {
             let mut index = lock(&self.index);
             for (slot, input) in inputs.iter().enumerate() {
-                input.bytes.hash(&mut hasher);
                 let first = !ids.contains(&input.id);
                 let note = input.evictable.then(|| {
                     let reads = first && planning && !input.for_rebuild;
@@ -145,7 +154,6 @@ impl DeviceEngine {
                     to_restore += input.bytes;
                 }
             }
-            signature = hasher.finish();
             learnt = index.learnt_output(signature);
         }
         self.ledger.on_prefetch_outcome(hits, misses);

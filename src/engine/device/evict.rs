@@ -84,6 +84,8 @@ impl DeviceEngine {
         slice: u64,
         beyond: Option<u64>,
     ) -> Eviction {
+        // Victims come from the index: every tensor must be in it before any may leave.
+        self.track_all();
         let mut tried = FastSet::default();
         let mut evicted = 0u64;
         let drops = self.drop_context(&self.limits());

@@ -7,7 +7,8 @@
 //! device is brought back under the high watermark.
 //!
 //! This file holds the engine's state and configuration; each job is a file of its own:
-//! [`admit`] (one op, before and after `B` runs it), [`settle`] (after an op, and the workers'
+//! [`admit`] (one op, before and after `B` runs it), [`ample`] (ops untracked while memory is
+//! ample), [`settle`] (after an op, and the workers'
 //! jobs), [`prefetch`], [`evict`] (victims and eviction passes), [`recompute`] (a victim
 //! dropped to be rebuilt instead of moved), [`moves`] (one slot between tiers), [`step`] (the
 //! step and its plan) and [`limits_cell`] (the limits, read per op without a lock).
@@ -18,6 +19,7 @@
 //! and moved after it is released), so a handle may drop on any thread at any time.
 
 mod admit;
+mod ample;
 mod evict;
 mod limits_cell;
 mod moves;
@@ -143,6 +145,8 @@ pub struct DeviceEngine {
     queues: OnceLock<Arc<dyn DeviceQueues>>,
     /// The inner allocator's figures and cleanups.
     pool: PoolWatch,
+    /// Whether ops run untracked while memory is ample, and what they made.
+    ample: ample::Ample,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -275,6 +279,7 @@ impl DeviceEngine {
         self.tracking
             .store(limits.budget.is_some(), Ordering::Relaxed);
         self.limits.set(limits);
+        self.reset_ample();
         self.reset_peaks();
         self.settle();
         Ok(())
@@ -290,6 +295,7 @@ impl DeviceEngine {
             last_step: self.last_step_stats(),
             pool: self.pool.stats(self.queues()),
             cold_tiers: lock(&self.cold).stats(),
+            ops_tracked: limits.budget.is_some() && self.tracks_all(),
             ..self.ledger.stats()
         }
     }

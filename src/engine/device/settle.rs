@@ -220,7 +220,7 @@ impl DeviceEngine {
     /// The device level at or under which no settle point triggers, whatever the position: the
     /// budget less the plan's largest headroom, or the high watermark before a plan exists
     /// (see [`settle_point`](Self::settle_point)).
-    fn settle_floor(&self, limits: &Limits, budget: u64) -> u64 {
+    pub(super) fn settle_floor(&self, limits: &Limits, budget: u64) -> u64 {
         match self.plan_headroom.load(Ordering::Relaxed) {
             plus_one if plus_one > 0 && limits.planning() => budget.saturating_sub(plus_one - 1),
             _ => limits.high_water,
