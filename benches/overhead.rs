@@ -222,12 +222,16 @@ const SETTINGS: [(&str, &str); 3] = [
     ),
 ];
 
-/// The spilled side's config for each of [`SETTINGS`].
-fn setting_config(setting: usize) -> SpillConfig {
-    match setting {
+/// Configures the spilled side for one of [`SETTINGS`]. The preset turns the tape on, and a
+/// later `configure` leaves it on: the other settings turn it off, so that each measures itself.
+fn configure_setting(setting: usize) {
+    configure(match setting {
         0 => SpillConfig::default(),
         1 => SpillConfig::default().device_budget_bytes(AMPLE_BUDGET),
         _ => SpillConfig::transformer().device_budget_bytes(AMPLE_BUDGET),
+    });
+    if setting < 2 {
+        Spill::record_tape(&Default::default(), false);
     }
 }
 
@@ -237,7 +241,7 @@ fn main() {
         .warm_up_time(Duration::from_millis(500))
         .measurement_time(Duration::from_secs(3));
     for (setting, (id, _)) in SETTINGS.iter().enumerate() {
-        configure(setting_config(setting));
+        configure_setting(setting);
         bench_all(&mut c, id, setting == 0);
     }
     c.final_summary();
@@ -266,7 +270,7 @@ fn main() {
     let rounds = 101;
     println!("\nPaired: median spill/plain ratio over {rounds} alternating steps");
     for (setting, (_, what)) in SETTINGS.iter().enumerate() {
-        configure(setting_config(setting));
+        configure_setting(setting);
         println!(
             "- {what}: cnn_train_step {:.4}, transformer_train_step {:.4}",
             paired_cnn_ratio(rounds),

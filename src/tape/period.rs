@@ -251,6 +251,34 @@ impl PeriodDetector {
         self.period
     }
 
+    /// Feeds the next op's signature without looking for periods: the stream is remembered
+    /// (candidates found after [`resume`](Self::resume) measure their runs over it) at the cost
+    /// of one hash step, where a push follows up to 40 candidate periods. For a caller that
+    /// knows the period and checks it by other means.
+    pub fn observe(&mut self, sig: u64) {
+        let k = self.n;
+        self.store(k, sig);
+        self.n += 1;
+        if self.period.is_some() || !self.candidates.is_empty() {
+            // Their runs are not extended while observing.
+            self.candidates.clear();
+            self.period = None;
+        }
+    }
+
+    /// Looks for periods again after [`observe`](Self::observe): the last positions of the
+    /// signatures of the last `max` ops are rebuilt from the remembered stream, so a period
+    /// whose ops recur is proposed at its next recurrence and its run measured over the stream
+    /// observed before. Costs O(`max`) once.
+    pub fn resume(&mut self) {
+        self.last_seen.clear();
+        for k in self.n.saturating_sub(self.max)..self.n {
+            self.last_seen.insert(self.sig(k), k);
+        }
+        self.candidates.clear();
+        self.period = None;
+    }
+
     /// What the last [`push`](Self::push) returned.
     pub fn period(&self) -> Option<usize> {
         self.period
@@ -410,6 +438,32 @@ mod tests {
             .iter()
             .enumerate()
             .find_map(|(i, r)| r.map(|p| (i + 1, p)))
+    }
+
+    #[test]
+    fn an_observed_stream_counts_toward_runs_found_after_resuming() {
+        // Three identical layers and a head: the layer's period is found first.
+        let step = [1, 2, 3, 1, 2, 3, 1, 2, 3, 9];
+        let mut d = PeriodDetector::new(2, 100);
+        feed(&mut d, &repeat(&step, 3));
+        for &sig in &repeat(&step, 3) {
+            d.observe(sig);
+        }
+        assert_eq!(d.period(), None, "observing reports nothing");
+        d.resume();
+        // Periods proposed now have their runs measured over the observed stream: a multiple
+        // of the step is reported at once, and the step itself when the head recurs at its
+        // distance, by the end of the first step after resuming.
+        let reports = feed(&mut d, &step);
+        assert!(
+            reports.iter().all(|r| r.is_some_and(|p| p % 10 == 0)),
+            "{reports:?}"
+        );
+        assert_eq!(reports.last(), Some(&Some(10)), "{reports:?}");
+
+        // Without the observed stream (a fresh detector), two whole steps are needed.
+        let mut fresh = PeriodDetector::new(2, 100);
+        assert_eq!(feed(&mut fresh, &step).last(), Some(&None));
     }
 
     #[test]

@@ -189,15 +189,15 @@ struct State {
     divergences: u64,
     /// Whether step markers were ever used; until then steps are found automatically.
     markers_used: bool,
-    /// Finds the period of an unmarked op stream. Dropped while detection is paused.
+    /// Finds the period of an unmarked op stream.
     detector: Option<PeriodDetector>,
     /// Period detection is paused: a step of the confirmed period was verified in full, so
-    /// verification itself watches the stream, and a divergence starts detection afresh.
+    /// verification itself watches the stream, and the detector only remembers it
+    /// ([`PeriodDetector::observe`]) until a divergence resumes it. Resumed with that memory,
+    /// it finds a longer real step at once when the paused period was a repetition inside it.
     detection_paused: bool,
-    /// Whether detection may pause: not after a paused period once diverged (its program
-    /// alternates between shapes, or the period was a repetition inside the real step, whose
-    /// period the detector must then keep looking for with its whole history).
-    may_pause_detection: bool,
+    /// How many times detection resumed after a divergence.
+    detection_resumed: u64,
     /// A period the detector reported, and for how many ops in a row it has held.
     candidate: Option<(usize, usize)>,
     /// The confirmed period of an unmarked stream: a step is cut every this many ops.
@@ -351,14 +351,16 @@ impl State {
     /// Forgets the period of an unmarked stream, so that it is found again (the program
     /// changed).
     fn restart_detection(&mut self) {
+        if self.detection_paused {
+            self.detection_paused = false;
+            self.detection_resumed += 1;
+            if let Some(detector) = &mut self.detector {
+                detector.resume();
+            }
+        }
         if !self.markers_used && self.auto_period.is_some() {
             self.auto_period = None;
             self.candidate = None;
-        }
-        if self.detection_paused {
-            // The detector starts from this point of the stream, and runs from now on.
-            self.detection_paused = false;
-            self.may_pause_detection = false;
         }
     }
 
@@ -366,9 +368,8 @@ impl State {
     /// op (a tenth of a small model's step) buys nothing while each op is compared with the
     /// recorded step anyway, so it stops until a divergence.
     fn pause_detection(&mut self) {
-        if !self.markers_used && self.auto_period.is_some() && self.may_pause_detection {
+        if !self.markers_used && self.auto_period.is_some() {
             self.detection_paused = true;
-            self.detector = None;
             self.candidate = None;
         }
     }
@@ -385,6 +386,9 @@ impl State {
             return;
         }
         if self.detection_paused {
+            if let Some(detector) = &mut self.detector {
+                detector.observe(sig);
+            }
             if let Some(period) = self.auto_period
                 && self.signatures.len() >= period
             {
@@ -469,7 +473,7 @@ impl Default for Recorder {
                 markers_used: false,
                 detector: None,
                 detection_paused: false,
-                may_pause_detection: true,
+                detection_resumed: 0,
                 candidate: None,
                 auto_period: None,
                 main_thread: None,
@@ -1200,13 +1204,10 @@ mod auto_step_tests {
         );
     }
 
-    fn detection(rec: &Recorder) -> (bool, bool, bool) {
+    /// Whether detection is paused, and how many times it resumed.
+    fn detection(rec: &Recorder) -> (bool, u64) {
         let state = rec.lock();
-        (
-            state.detection_paused,
-            state.detector.is_some(),
-            state.may_pause_detection,
-        )
+        (state.detection_paused, state.detection_resumed)
     }
 
     #[test]
@@ -1229,8 +1230,8 @@ mod auto_step_tests {
         assert!(rec.counters().verifying);
         assert_eq!(
             detection(&rec),
-            (true, false, true),
-            "a verified step pauses detection and frees the detector"
+            (true, 0),
+            "a verified step pauses detection"
         );
         let verified = rec.counters().steps;
         for _ in 0..4 {
@@ -1264,9 +1265,18 @@ mod auto_step_tests {
         assert_eq!(counters.auto_period, Some(7), "the new period is found");
         assert_eq!(
             detection(&rec),
-            (false, true, false),
-            "after a paused period diverged, detection runs for good"
+            (true, 1),
+            "the divergence resumed detection, and the new period paused it again"
         );
+
+        // Back to the first program.
+        for _ in 0..12 {
+            for name in step {
+                op(&rec, name, 3);
+            }
+        }
+        assert_eq!(rec.counters().auto_period, Some(5));
+        assert_eq!(detection(&rec), (true, 2));
     }
 
     #[test]
@@ -1286,7 +1296,7 @@ mod auto_step_tests {
             op(&rec, "float_neg", 1);
         }
         assert!(
-            !detection(&rec).2,
+            detection(&rec).1 >= 1,
             "detection paused on the layer, and the head's divergence resumed it"
         );
         assert_eq!(
@@ -1294,5 +1304,6 @@ mod auto_step_tests {
             Some(26),
             "the whole step is found"
         );
+        assert!(detection(&rec).0, "the whole step pauses detection");
     }
 }
