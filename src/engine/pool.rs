@@ -47,10 +47,15 @@ impl PoolWatch {
     /// reading or the device's bytes fell by `margin` below their high since. Cheap otherwise:
     /// two atomics.
     pub fn after_op(&self, device: u64, arrivals: u64, margin: u64, queues: &dyn DeviceQueues) {
-        let high = self
-            .high_since
-            .fetch_max(device, Ordering::Relaxed)
-            .max(device);
+        // Read first: the device is rarely at a new high, and a read is cheaper than an update.
+        let seen = self.high_since.load(Ordering::Relaxed);
+        let high = if device > seen {
+            self.high_since
+                .fetch_max(device, Ordering::Relaxed)
+                .max(device)
+        } else {
+            seen
+        };
         let fell = high.saturating_sub(device) >= margin;
         let grew =
             arrivals.saturating_sub(self.arrivals_at_reading.load(Ordering::Relaxed)) >= margin;
