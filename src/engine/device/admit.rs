@@ -163,6 +163,7 @@ impl DeviceEngine {
             for key in late {
                 let lead = leads.entry(key).or_default();
                 *lead = lead_after_late(*lead);
+                self.largest_lead.fetch_max(*lead, Ordering::Relaxed);
             }
         }
         let estimate = learnt.or(known_output).unwrap_or(largest);

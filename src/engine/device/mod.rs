@@ -121,6 +121,9 @@ pub struct DeviceEngine {
     step_seen: AtomicU64,
     /// Extra ops of lead per plan key, grown each time that tensor arrived late.
     leads: Mutex<FastMap<PlanKey, u32>>,
+    /// The largest of `leads`: no spilled tensor is due further ahead than the reach plus this,
+    /// so the prefetch scan looks no further.
+    largest_lead: AtomicU32,
     /// Plan keys whose prefetch was wasted: the step until which they are not prefetched, and
     /// how many times it was wasted.
     benched: Mutex<FastMap<PlanKey, Bench>>,

@@ -37,9 +37,12 @@ impl DeviceEngine {
             step,
             now,
         };
+        // A tensor is due within the reach plus its lead, and no lead is larger than the
+        // largest one earned (at most `MAX_LEAD`): the scan looks no further.
+        let largest_lead = self.largest_lead.load(Ordering::Relaxed).min(MAX_LEAD);
         let mut due: Vec<(u32, crate::engine::index::Spilled)> = {
             let mut index = lock(&self.index);
-            let soon = index.due_until(placement.absolute(reach + MAX_LEAD));
+            let soon = index.due_until(placement.absolute(reach + largest_lead));
             if soon.is_empty() {
                 return None;
             }

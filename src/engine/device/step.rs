@@ -139,7 +139,10 @@ impl DeviceEngine {
             None => None,
         };
         if plan.is_none() {
-            lock(&self.leads).clear();
+            let mut leads = lock(&self.leads);
+            leads.clear();
+            self.largest_lead.store(0, Ordering::Relaxed);
+            drop(leads);
             lock(&self.benched).clear();
         }
         let headroom = plan
