@@ -84,6 +84,18 @@ pub struct UsePlan {
     /// Per position: the bytes its op needs on the device by itself (distinct inputs and
     /// outputs).
     op_bytes: Vec<u64>,
+    /// `uses` and `carried` resolved per key, so that [`next_use`](Self::next_use) (asked for
+    /// every resident at every victim pass, for every spilled tensor in the prefetch scan)
+    /// takes one lookup: where the key's reads in this step and in the next lie in `arena`.
+    resolved: FastMap<PlanKey, ResolvedUses>,
+    arena: Vec<u32>,
+}
+
+/// A key's reads in its own step and in the next, as ranges of [`UsePlan`]'s arena.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct ResolvedUses {
+    this_step: (u32, u32),
+    next_step: (u32, u32),
 }
 
 /// What one position does to the live bytes.
@@ -240,7 +252,10 @@ impl UsePlan {
             growth: growth_of(tape, len),
             max_headroom: 0,
             op_bytes: op_bytes_of(tape, len),
+            resolved: FastMap::default(),
+            arena: Vec::new(),
         };
+        plan.resolve();
         // Headroom only grows with the lookahead, so the longest one bounds every other.
         plan.max_headroom = (0..len)
             .map(|now| plan.headroom(now, MAX_HEADROOM_LOOKAHEAD))
@@ -312,6 +327,52 @@ impl UsePlan {
     pub fn inherit_carried(&mut self, older: &UsePlan) {
         if self.carried.is_empty() && self.len == older.len {
             self.carried = older.carried.clone();
+            self.resolve();
+        }
+    }
+
+    /// Fills `resolved` from `uses` and `carried` (every key either names).
+    fn resolve(&mut self) {
+        let mut arena = Vec::new();
+        let mut push = |uses: &[u32]| {
+            let start = arena.len() as u32;
+            arena.extend_from_slice(uses);
+            (start, arena.len() as u32)
+        };
+        let keys: Vec<PlanKey> = self
+            .uses
+            .keys()
+            .chain(self.carried.keys())
+            .copied()
+            .collect();
+        let mut resolved = FastMap::default();
+        for key in keys {
+            if resolved.contains_key(&key) {
+                continue;
+            }
+            let this_step = push(self.uses(key));
+            let next_step = push(self.next_step_uses(key));
+            resolved.insert(
+                key,
+                ResolvedUses {
+                    this_step,
+                    next_step,
+                },
+            );
+        }
+        self.resolved = resolved;
+        self.arena = arena;
+    }
+
+    /// A key's reads in its own step and in the next (both empty for a key the plan does not
+    /// know).
+    fn resolved_uses(&self, key: PlanKey) -> (&[u32], &[u32]) {
+        match self.resolved.get(&key) {
+            Some(r) => (
+                &self.arena[r.this_step.0 as usize..r.this_step.1 as usize],
+                &self.arena[r.next_step.0 as usize..r.next_step.1 as usize],
+            ),
+            None => (&[], &[]),
         }
     }
 
@@ -342,17 +403,18 @@ impl UsePlan {
             uses.get(at).map(|u| u - now)
         };
         if at.step == step {
-            if let Some(d) = first_from(self.uses(at.key)) {
+            let (this_step, next_step) = self.resolved_uses(at.key);
+            if let Some(d) = first_from(this_step) {
                 return NextUse::In(d);
             }
-            return match self.next_step_uses(at.key).first() {
+            return match next_step.first() {
                 Some(&first) => NextUse::In(self.len.saturating_sub(now) + first),
                 None => NextUse::Never,
             };
         }
         if at.step + 1 == step {
             // Keyed last step and not read yet in this one (a read would have keyed it anew).
-            return match first_from(self.next_step_uses(at.key)) {
+            return match first_from(self.resolved_uses(at.key).1) {
                 Some(d) => NextUse::In(d),
                 None => NextUse::Unknown,
             };
