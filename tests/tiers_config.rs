@@ -324,3 +324,54 @@ fn unlimited_again_while_records_are_on_disk_in_a_custom_dir() {
     );
     assert!(!file.exists());
 }
+
+/// Tensors made while memory is ample are only listed, not indexed: when an op finds memory
+/// short, every one of them is indexed before anything is evicted, so the coldest can leave and
+/// the budget holds. Nothing is lost on the way.
+#[test]
+fn tensors_made_while_memory_was_ample_are_evicted_once_it_runs_short() {
+    use burn::tensor::TensorData;
+    use burn::tensor::ops::FloatTensorOps;
+    use burn_spill::Tier;
+    let _serial = serial();
+    let device = dev();
+    let data = |seed: usize| {
+        let values: Vec<f32> = (0..64 * 64)
+            .map(|i| ((seed * 31 + i * 7) % 23) as f32 * 0.5)
+            .collect();
+        TensorData::new(values, [64, 64])
+    };
+    let one = 64 * 64 * 4;
+    let config = SpillConfig::default()
+        .device_budget_bytes(3 * one)
+        .asynchronous(false);
+    Spill::configure(&device, config).unwrap();
+    let before = Spill::stats(&device);
+    assert_eq!(before.resident.device, 0, "the device starts empty");
+    let a = Spill::float_from_data(data(1), &device);
+    let _b = Spill::float_from_data(data(2), &device);
+    let _c = Spill::float_from_data(data(3), &device);
+    assert!(
+        !Spill::stats(&device).ops_tracked,
+        "three tensors fit the budget: ops run untracked"
+    );
+    assert_eq!(a.residency(), Tier::Device);
+
+    // A fourth does not fit: ops are tracked from here, and the coldest tensor, made while
+    // ops were untracked, leaves for the host.
+    let _d = Spill::float_from_data(data(4), &device);
+    let stats = Spill::stats(&device);
+    assert!(stats.ops_tracked);
+    assert_eq!(a.residency(), Tier::Host);
+    assert!(
+        stats.peak.device <= 3 * one,
+        "device peak {} over the budget",
+        stats.peak.device
+    );
+    assert_eq!(stats.over_budget_ops, before.over_budget_ops);
+    assert_same_data(
+        &data(1),
+        &common::read_float::<Spill>(a),
+        "the evicted tensor",
+    );
+}

@@ -567,10 +567,21 @@ mod tests {
         second.step = 9;
         let mut plan = UsePlan::from_tape(&second, Some(&first));
         assert!(plan.carried().is_empty());
+        // The updated weight, made at op 3: without the map its next read is unknown to the plan.
+        let w2 = KeyAt {
+            step: 9,
+            key: PlanKey::Produced { op: 3, slot: 0 },
+        };
+        assert_eq!(plan.next_use(w2, 9, 4), NextUse::Never);
         second.step = 4;
         let learned = UsePlan::from_tape(&second, Some(&first));
         plan.inherit_carried(&learned);
         assert_eq!(plan.carried(), learned.carried());
+        assert_eq!(
+            plan.next_use(w2, 9, 4),
+            NextUse::In(1),
+            "an inherited map answers next uses at once"
+        );
         // A previous step of another length (another program) teaches nothing.
         let mut shorter = first.clone();
         shorter.ops.pop();

@@ -207,7 +207,7 @@ impl DeviceEngine {
     /// the device (their prefetches need tracking). The list is kept (its tensors are still
     /// unindexed), less the dropped ones.
     pub(super) fn reset_ample(&self) {
-        let _switch = lock(&self.ample.switch);
+        let switch = lock(&self.ample.switch);
         let mut made = lock(&self.ample.made);
         made.list.retain(|l| l.victim.strong_count() > 0);
         made.prune_at = 2 * made.list.len();
@@ -215,7 +215,8 @@ impl DeviceEngine {
         if self.off_device() == 0 {
             self.ample.mode.store(AMPLE, Ordering::SeqCst);
         } else {
-            drop(_switch);
+            // Spilled bytes need tracking (their prefetches); `track_all` takes the lock itself.
+            drop(switch);
             self.track_all();
         }
     }
