@@ -49,7 +49,8 @@ pub(super) struct Ample {
     mode: AtomicU8,
     /// Untracked ops running now.
     in_flight: AtomicU64,
-    /// The largest output an op made on this device: an untracked op's output estimate.
+    /// The largest output an op made on this device since it was configured: an untracked
+    /// op's output estimate.
     largest_output: AtomicU64,
     made: Mutex<Made>,
     /// Held by the thread that switches to tracking; the others wait on it.
@@ -204,14 +205,18 @@ impl DeviceEngine {
     }
 
     /// After `configure`: ops start untracked again while memory is ample, unless bytes are off
-    /// the device (their prefetches need tracking). The list is kept (its tensors are still
-    /// unindexed), less the dropped ones.
+    /// the device (their prefetches need tracking), and the largest output is learnt afresh.
+    /// The list is kept (its tensors are still unindexed), less the dropped ones.
     pub(super) fn reset_ample(&self) {
         let switch = lock(&self.ample.switch);
         let mut made = lock(&self.ample.made);
         made.list.retain(|l| l.victim.strong_count() > 0);
         made.prune_at = 2 * made.list.len();
         drop(made);
+        // A configuration learns its own largest output, so that what it does does not depend
+        // on what ran on the device before it (until an op makes one, the estimate is its
+        // first input, and the check after each op catches a larger output).
+        self.ample.largest_output.store(0, Ordering::Relaxed);
         if self.off_device() == 0 {
             self.ample.mode.store(AMPLE, Ordering::SeqCst);
         } else {
