@@ -7,7 +7,8 @@ pub mod spill_file;
 
 use std::collections::BTreeSet;
 use std::panic::{AssertUnwindSafe, catch_unwind};
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Condvar, Mutex};
+use std::thread::ThreadId;
 
 use burn::backend::Flex;
 use burn::tensor::backend::Backend;
@@ -139,20 +140,31 @@ macro_rules! diff {
     }};
 }
 
-/// Spill configuration is process-wide per device and Flex has one device.
-static DEVICE: Mutex<()> = Mutex::new(());
+/// Spill configuration is process-wide per device and Flex has one device: the thread that
+/// holds it, and how many of its `ExclusiveDevice`s are alive.
+static DEVICE: Mutex<(Option<ThreadId>, usize)> = Mutex::new((None, 0));
+static DEVICE_FREED: Condvar = Condvar::new();
 
 /// Holds the Flex device's spill configuration for one test (tests of a binary run in
 /// parallel) and leaves the device unconfigured however the test ends. Declare it first in a
-/// test, so that it drops after the test's tensors.
-pub struct ExclusiveDevice(#[allow(dead_code)] MutexGuard<'static, ()>);
+/// test, so that it drops after the test's tensors. A thread that holds it may take it again
+/// (a test that compares several runs holds it around all of them, so that no other test's
+/// run comes between them and changes what the process has learnt).
+pub struct ExclusiveDevice(());
 
 impl ExclusiveDevice {
     pub fn take() -> Self {
-        // A panicking test poisons the lock; its guard has reset the device all the same.
-        let guard = DEVICE.lock().unwrap_or_else(|e| e.into_inner());
+        let me = std::thread::current().id();
+        // The lock only guards the owner and count (never held across a test), so a panicking
+        // test does not poison it; its guard resets the device as it unwinds all the same.
+        let mut held = DEVICE.lock().unwrap_or_else(|e| e.into_inner());
+        while held.0.is_some_and(|owner| owner != me) {
+            held = DEVICE_FREED.wait(held).unwrap_or_else(|e| e.into_inner());
+        }
+        *held = (Some(me), held.1 + 1);
+        drop(held);
         Spill::configure(&Default::default(), SpillConfig::default()).unwrap();
-        Self(guard)
+        Self(())
     }
 }
 
@@ -160,6 +172,12 @@ impl Drop for ExclusiveDevice {
     fn drop(&mut self) {
         if let Err(e) = Spill::configure(&Default::default(), SpillConfig::default()) {
             eprintln!("could not reset the device after a test: {e}");
+        }
+        let mut held = DEVICE.lock().unwrap_or_else(|e| e.into_inner());
+        held.1 -= 1;
+        if held.1 == 0 {
+            held.0 = None;
+            DEVICE_FREED.notify_all();
         }
     }
 }
