@@ -102,7 +102,8 @@ pub struct SpillStats {
     pub prefetch_misses: u64,
     /// Prefetches sent to the transfer workers.
     pub prefetches_issued: u64,
-    /// Evictions of several small tensors in one transfer (one read, one host buffer).
+    /// Evictions of several small tensors in one transfer (one read, one host buffer; on Flex,
+    /// tensors that own their buffer alone are handed to the host tier as they are, uncopied).
     pub eviction_batches: u64,
     /// Tensors evicted as part of a batch (each is also counted in `device_to_host`).
     pub batched_evictions: u64,

@@ -4,6 +4,8 @@
 //! as one synchronisation instead of one per tensor) and copied into one contiguous host buffer
 //! that they share (see [`pack`]). Each tensor then takes its slice of the buffer in place of
 //! its device payload, exactly as a single eviction would, unless an op consumed it meanwhile.
+//! Where the device's memory is host memory (Flex), a member that owns its buffer alone is
+//! handed over instead (see [`super::host::hand_over`]): no read, no copy.
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -13,7 +15,7 @@ use burn_backend::ops::TransactionPrimitive;
 
 use super::host::pack;
 use super::tensor::{Handle, Primitive};
-use crate::engine::{DeviceEngine, Spillable, Tier};
+use crate::engine::{DeviceEngine, HandOver, Spillable, Tier};
 
 /// A handle of the batch with its cloned payload and where its data lands in the transaction.
 struct Member<'a, B: Backend> {
@@ -32,8 +34,20 @@ pub(crate) fn evict_batch<B: Backend>(
     let mut moved = vec![None; batch.len()];
     let mut members = Vec::new();
     let mut alone = Vec::new();
+    let mut handed_over = 0u64;
     for (at, victim) in batch.iter().enumerate() {
         let handle = victim.as_any().downcast_ref::<Handle<B>>();
+        if let Some(handle) = handle {
+            match handle.hand_over(engine) {
+                HandOver::Moved(tier) => {
+                    moved[at] = Some(tier);
+                    handed_over += 1;
+                    continue;
+                }
+                HandOver::Stayed => continue,
+                HandOver::Refused => {}
+            }
+        }
         match handle.and_then(|h| Some((h, h.batchable_payload()?))) {
             Some((handle, primitive)) => members.push(Member {
                 at,
@@ -51,6 +65,9 @@ pub(crate) fn evict_batch<B: Backend>(
         moved[at] = batch[at].evict(engine);
     }
     if members.is_empty() {
+        if handed_over >= 2 {
+            engine.batched(handed_over);
+        }
         return moved;
     }
 
@@ -66,7 +83,7 @@ pub(crate) fn evict_batch<B: Backend>(
             .zip(&members)
             .map(|(bytes, m)| (bytes, m.handle.shape().clone(), m.handle.dtype()));
         let hosts = pack(parts);
-        return install(members, hosts, engine, start, moved);
+        return install(members, hosts, engine, start, moved, handed_over);
     }
     let (mut floats, mut ints, mut bools) = (Vec::new(), Vec::new(), Vec::new());
     for m in &members {
@@ -127,18 +144,20 @@ pub(crate) fn evict_batch<B: Backend>(
             .iter()
             .map(|d| (d.as_bytes(), d.shape.clone(), d.dtype)),
     );
-    install(members, hosts, engine, start, moved)
+    install(members, hosts, engine, start, moved, handed_over)
 }
 
-/// Gives each member its slice of the batch buffer.
+/// Gives each member its slice of the batch buffer. The batch counts the `handed_over`
+/// tensors that left in the same pass too.
 fn install<B: Backend>(
     members: Vec<Member<'_, B>>,
     hosts: Vec<super::host::HostTensor>,
     engine: &DeviceEngine,
     start: Instant,
     mut moved: Vec<Option<Tier>>,
+    handed_over: u64,
 ) -> Vec<Option<Tier>> {
-    engine.batched(members.len() as u64);
+    engine.batched(members.len() as u64 + handed_over);
     // One transfer moved them all: each is booked its share of its time, by bytes, so that the
     // measured bandwidth (and the cost of a move the engine learns from it) stays true.
     let took = start.elapsed();

@@ -193,6 +193,73 @@ pub(crate) fn check_read(data: &TensorData, dtype: DType, shape: &Shape) -> Resu
     Ok(())
 }
 
+/// Whether `B`'s tensors can be handed over to the host tier without a copy (see
+/// [`hand_over`]): Flex's, whose memory is Rust's own.
+pub(crate) fn hands_over<B: Backend>() -> bool {
+    #[cfg(feature = "flex")]
+    {
+        use std::any::TypeId;
+        TypeId::of::<B::FloatTensorPrimitive>() == TypeId::of::<burn_flex::FlexTensor>()
+    }
+    #[cfg(not(feature = "flex"))]
+    {
+        false
+    }
+}
+
+/// Makes a device primitive the host tier's buffer without copying it, where its memory is
+/// already host memory that it owns alone and holds exactly its bytes (a contiguous Flex
+/// tensor with no view sharing its buffer). The primitive comes back unchanged otherwise, and
+/// the caller copies instead.
+///
+/// Nothing aliases the result: the primitive is consumed, and its buffer had no other owner.
+pub(crate) fn hand_over<B: Backend>(
+    primitive: Primitive<B>,
+    dtype: DType,
+    shape: &Shape,
+) -> Result<HostTensor, Primitive<B>> {
+    let data = match primitive {
+        Primitive::Float(p) => owned_flex_data(p, dtype, shape).map_err(Primitive::Float),
+        Primitive::Int(p) => owned_flex_data(p, dtype, shape).map_err(Primitive::Int),
+        Primitive::Bool(p) => owned_flex_data(p, dtype, shape).map_err(Primitive::Bool),
+        quantized @ Primitive::Quantized(_) => Err(quantized),
+    }?;
+    Ok(HostTensor::own(data))
+}
+
+/// A Flex tensor's own buffer as `TensorData`, when it holds exactly the tensor's bytes and
+/// nothing else shares it; `p` back otherwise (and always for other backends).
+fn owned_flex_data<P: 'static>(p: P, dtype: DType, shape: &Shape) -> Result<TensorData, P> {
+    #[cfg(feature = "flex")]
+    {
+        use std::any::Any;
+        let mut held = Some(p);
+        if let Some(flex) =
+            (&mut held as &mut dyn Any).downcast_mut::<Option<burn_flex::FlexTensor>>()
+        {
+            let tensor = flex.take().expect("the primitive was just put in");
+            let layout = tensor.layout();
+            let exact = tensor.is_unique()
+                && tensor.is_contiguous()
+                && layout.start_offset() == 0
+                && tensor.dtype() == dtype
+                && layout.shape() == shape
+                && tensor.bytes().len() == shape.num_elements() * dtype.size();
+            if exact {
+                // Unique, contiguous, exact: `into_data` unwraps the buffer without a copy.
+                return Ok(tensor.into_data());
+            }
+            *flex = Some(tensor);
+        }
+        Err(held.expect("the primitive is still held"))
+    }
+    #[cfg(not(feature = "flex"))]
+    {
+        let _ = (dtype, shape);
+        Err(p)
+    }
+}
+
 /// Flex's `into_data` of a tensor whose buffer is shared (as it is while the handle keeps its
 /// primitive) copies twice; a contiguous Flex tensor's bytes are read here with one copy. The
 /// result is what `into_data` returns: the contiguous bytes, the shape and the dtype.
@@ -238,5 +305,65 @@ pub(crate) fn flex_bytes<'a, B: Backend>(
     {
         let _ = (primitive, dtype, shape);
         None
+    }
+}
+
+#[cfg(all(test, feature = "flex"))]
+mod tests {
+    use burn_backend::ops::FloatTensorOps;
+    use burn_flex::{Flex, FlexTensor};
+
+    use super::*;
+
+    fn flex(values: &[f32], shape: [usize; 2]) -> FlexTensor {
+        Flex::float_from_data(TensorData::new(values.to_vec(), shape), &Default::default())
+    }
+
+    fn float(tensor: FlexTensor) -> Primitive<Flex> {
+        Primitive::Float(tensor)
+    }
+
+    #[test]
+    fn a_flex_tensor_that_owns_its_buffer_is_handed_over_without_a_copy() {
+        assert!(hands_over::<Flex>());
+        let tensor = flex(&[1.0, 2.0, 3.0, 4.0, 5.0, 6.0], [2, 3]);
+        let buffer = tensor.bytes().as_ptr();
+        let shape = Shape::from([2, 3]);
+        let host = hand_over::<Flex>(float(tensor), DType::F32, &shape)
+            .unwrap_or_else(|_| panic!("a unique contiguous tensor is handed over"));
+        assert_eq!(
+            host.as_ref().as_ptr(),
+            buffer,
+            "the same buffer, not a copy"
+        );
+        // Restoring gives the tensor back, on the same buffer again.
+        let back = Flex::float_from_data(host.into_data(), &Default::default());
+        assert_eq!(back.bytes().as_ptr(), buffer);
+        assert_eq!(
+            back.into_data().to_vec::<f32>().unwrap(),
+            [1.0, 2.0, 3.0, 4.0, 5.0, 6.0]
+        );
+    }
+
+    #[test]
+    fn a_shared_or_strided_flex_tensor_comes_back_unchanged() {
+        let shape = Shape::from([2, 3]);
+        let tensor = flex(&[1.0, 2.0, 3.0, 4.0, 5.0, 6.0], [2, 3]);
+        let buffer = tensor.bytes().as_ptr();
+        // A clone shares the buffer: handing it over would alias what the clone still reads.
+        let clone = tensor.clone();
+        let Err(Primitive::Float(back)) = hand_over::<Flex>(float(tensor), DType::F32, &shape)
+        else {
+            panic!("a shared buffer is not handed over");
+        };
+        assert_eq!(back.bytes().as_ptr(), buffer);
+        drop(clone);
+        // A transposed view is not contiguous: its bytes are not the tensor's in order.
+        let transposed = Flex::float_swap_dims(back, 0, 1);
+        let shape = Shape::from([3, 2]);
+        assert!(hand_over::<Flex>(float(transposed), DType::F32, &shape).is_err());
+        // Nor is a tensor described with another dtype or shape than its own.
+        let tensor = flex(&[1.0, 2.0], [1, 2]);
+        assert!(hand_over::<Flex>(float(tensor), DType::F16, &Shape::from([1, 2])).is_err());
     }
 }

@@ -18,7 +18,8 @@ use super::layout::round_trips_exactly;
 use super::op_scope::OpScope;
 use super::recipe::Recipe;
 use crate::engine::{
-    DeviceEngine, RebuildPlan, Residency, Slot, SlotInfo, Spillable, TensorId, TensorRole, Tier,
+    DeviceEngine, HandOver, RebuildPlan, Residency, Slot, SlotInfo, Spillable, TensorId,
+    TensorRole, Tier,
 };
 
 static NEXT_ID: AtomicU64 = AtomicU64::new(1);
@@ -133,12 +134,12 @@ impl<B: Backend> Handle<B> {
         format!("{:?} {:?} {:?}", self.kind, self.dtype, self.shape)
     }
 
-    fn info<'a>(&self, meta: &'a str) -> SlotInfo<'a> {
+    fn info<'a>(&self, meta: &'a dyn Fn() -> String) -> SlotInfo<'a> {
         SlotInfo {
             id: self.id,
             bytes: self.bytes,
             role: self.role,
-            meta: meta.as_bytes(),
+            meta,
         }
     }
 
@@ -148,7 +149,7 @@ impl<B: Backend> Handle<B> {
         if matches!(state, Residency::Device(_)) {
             return false;
         }
-        let meta = self.meta();
+        let meta = || self.meta();
         self.engine.restore_slot(
             state,
             self.info(&meta),
@@ -221,7 +222,7 @@ impl<B: Backend> Handle<B> {
         took: std::time::Duration,
         may_stay_on_host: bool,
     ) -> Option<Tier> {
-        let meta = self.meta();
+        let meta = || self.meta();
         engine.install_evicted(&self.state, self.info(&meta), host, took, may_stay_on_host)
     }
 
@@ -316,17 +317,36 @@ impl<B: Backend> Drop for Handle<B> {
     }
 }
 
+impl<B: Backend> Handle<B> {
+    /// Offers the device payload to the host tier as it is (see [`host::hand_over`]): only
+    /// backends whose memory is host memory take it.
+    pub(super) fn hand_over(&self, engine: &DeviceEngine) -> HandOver {
+        if !super::host::hands_over::<B>() {
+            return HandOver::Refused;
+        }
+        let meta = || self.meta();
+        engine.hand_over_slot(&self.state, self.info(&meta), |primitive| {
+            super::host::hand_over::<B>(primitive, self.dtype, &self.shape)
+        })
+    }
+}
+
 impl<B: Backend> Spillable for Handle<B> {
     fn evict(&self, engine: &DeviceEngine) -> Option<Tier> {
         let _exclusive = engine.queues().exclusive();
-        let meta = self.meta();
+        match self.hand_over(engine) {
+            HandOver::Moved(tier) => return Some(tier),
+            HandOver::Stayed => return None,
+            HandOver::Refused => {}
+        }
+        let meta = || self.meta();
         engine.evict_slot(&self.state, self.info(&meta), |primitive| {
             read_to_host::<B>(primitive, self.dtype, &self.shape)
         })
     }
 
     fn demote_to_disk(&self, engine: &DeviceEngine) -> bool {
-        let meta = self.meta();
+        let meta = || self.meta();
         engine.demote_slot(&self.state, self.info(&meta))
     }
 
@@ -356,7 +376,7 @@ impl<B: Backend> Spillable for Handle<B> {
     }
 
     fn prefetch(&self, engine: &DeviceEngine) -> bool {
-        let meta = self.meta();
+        let meta = || self.meta();
         engine.prefetch_slot(
             &self.state,
             self.info(&meta),

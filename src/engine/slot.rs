@@ -73,7 +73,7 @@ impl<D, H> Residency<D, H> {
 }
 
 /// What the engine needs to know about a tensor to move it.
-#[derive(Debug, Clone, Copy)]
+#[derive(Clone, Copy)]
 pub struct SlotInfo<'a> {
     /// The tensor's id.
     pub id: TensorId,
@@ -82,8 +82,20 @@ pub struct SlotInfo<'a> {
     /// Whether it is a parameter.
     pub role: super::TensorRole,
     /// Its dtype and shape as the adapter describes them, stored in spill records and checked
-    /// on read.
-    pub meta: &'a [u8],
+    /// on read. Formatted only when a record is written or read: most moves stay on the host,
+    /// and formatting it for each was an allocation per move.
+    pub meta: &'a dyn Fn() -> String,
+}
+
+impl std::fmt::Debug for SlotInfo<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SlotInfo")
+            .field("id", &self.id)
+            .field("bytes", &self.bytes)
+            .field("role", &self.role)
+            .field("meta", &(self.meta)())
+            .finish()
+    }
 }
 
 /// One tensor's residency behind its lock, with the signal a transfer worker gives when bytes

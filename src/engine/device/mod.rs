@@ -31,6 +31,7 @@ mod step;
 use crate::policy::prefetch::Bench;
 pub use admit::{OpInput, OpOutput, OpTicket};
 use limits_cell::LimitsCell;
+pub use moves::HandOver;
 use settle::SettleGoal;
 use step::StepCounters;
 
@@ -113,6 +114,9 @@ pub struct DeviceEngine {
     /// The use plan learned from the last recorded step, and the recorder's plan epoch it was
     /// built at.
     plan: RwLock<Option<Arc<UsePlan>>>,
+    /// Bumped under `plan`'s write lock each time a plan is put in force: what names the plan
+    /// a remembered next use came from (see [`NextUseMemo`](crate::policy::plan::NextUseMemo)).
+    plan_generation: AtomicU64,
     /// The plan's [`UsePlan::max_headroom`] plus one, 0 without a plan: read after every op
     /// without taking the plan's lock.
     plan_headroom: AtomicU64,

@@ -12,6 +12,19 @@ use crate::engine::slot::{Residency, Slot, SlotInfo, TensorId, Tier};
 
 use super::{DeviceEngine, lock};
 
+/// What came of offering a tensor's device payload for a hand-over (see
+/// [`DeviceEngine::hand_over_slot`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HandOver {
+    /// The payload became the host copy, which went to this tier.
+    Moved(Tier),
+    /// The tensor is busy or off the device: nothing was done.
+    Stayed,
+    /// The payload cannot be handed over (it shares its buffer, or the backend's memory is
+    /// not burn-spill's to take): it stays, and a copy is the way off the device.
+    Refused,
+}
+
 impl DeviceEngine {
     /// Device to host (or on to disk when the host tier is full, see
     /// [`install_evicted`](Self::install_evicted)). The payload is cloned under the tensor's
@@ -77,6 +90,58 @@ impl DeviceEngine {
         if !matches!(*state, Residency::Device(_)) {
             return None;
         }
+        let (tier, device) = self.install_locked(&mut state, info, host, took, may_stay_on_host);
+        drop(state);
+        // Freeing the device tensor is not part of the move's time, nor done under the lock.
+        drop(device);
+        Some(tier)
+    }
+
+    /// Device to host by handing the device payload itself over, where the adapter can make
+    /// it a host buffer without copying (`hand_over` gives the payload back when it cannot).
+    /// Taken and installed under the tensor's lock, so no op can read or clone it in between;
+    /// the rest is [`install_evicted`](Self::install_evicted)'s, host limit included.
+    pub fn hand_over_slot<D, H: AsRef<[u8]>>(
+        &self,
+        slot: &Slot<D, H>,
+        info: SlotInfo<'_>,
+        hand_over: impl FnOnce(D) -> Result<H, D>,
+    ) -> HandOver {
+        let Some(mut state) = slot.try_lock() else {
+            return HandOver::Stayed;
+        };
+        let Residency::Device(_) = &*state else {
+            return HandOver::Stayed;
+        };
+        let start = Instant::now();
+        let Residency::Device(payload) = std::mem::replace(&mut *state, Residency::Taken) else {
+            unreachable!("checked under the same lock");
+        };
+        match hand_over(payload) {
+            Ok(host) => {
+                let (tier, _taken) =
+                    self.install_locked(&mut state, info, host, start.elapsed(), true);
+                HandOver::Moved(tier)
+            }
+            Err(payload) => {
+                *state = Residency::Device(payload);
+                HandOver::Refused
+            }
+        }
+    }
+
+    /// The body of a move off the device, under the tensor's lock with the payload still in
+    /// the state (or taken by a hand-over): puts `host` on the host or writes it on to disk
+    /// (see [`install_evicted`](Self::install_evicted)). Returns the tier and the state it
+    /// replaced, for the caller to free once the lock is released.
+    fn install_locked<D, H: AsRef<[u8]>>(
+        &self,
+        state: &mut Residency<D, H>,
+        info: SlotInfo<'_>,
+        host: H,
+        took: Duration,
+        may_stay_on_host: bool,
+    ) -> (Tier, Residency<D, H>) {
         let limits = self.limits();
         let limit = limits.host_limit;
         let may_stay = may_stay_on_host || limit.is_none();
@@ -102,43 +167,37 @@ impl DeviceEngine {
         {
             // Another thread may have freed the room the checksum was skipped for.
             let crc = crc.or_else(|| checked(&host));
-            let device = std::mem::replace(&mut *state, Residency::Host { copy: host, crc });
-            drop(state);
+            let device = std::mem::replace(state, Residency::Host { copy: host, crc });
             trace_move(Direction::DeviceToHost, info, took);
-            // Freeing the device tensor is not part of the move's time.
-            drop(device);
-            return Some(Tier::Host);
+            return (Tier::Host, device);
         }
         let start = Instant::now();
         match self.write_record(info, host.as_ref()) {
             Ok(record) => {
-                let device = std::mem::replace(&mut *state, Residency::Disk(record));
+                let device = std::mem::replace(state, Residency::Disk(record));
                 let wrote = start.elapsed();
                 self.ledger
                     .on_evict_through_host(info.bytes, info.role, took, wrote);
-                drop(state);
                 trace_move(Direction::DeviceToHost, info, took);
                 trace_move(Direction::HostToDisk, info, wrote);
-                drop(device);
                 drop(host);
-                Some(Tier::Disk)
+                (Tier::Disk, device)
             }
             Err(error) => {
                 self.disk_write_failed(info, error);
                 let crc = crc.or_else(|| checked(&host));
-                let device = std::mem::replace(&mut *state, Residency::Host { copy: host, crc });
+                let device = std::mem::replace(state, Residency::Host { copy: host, crc });
                 self.ledger
                     .try_evict_to_host(info.bytes, info.role, took, None);
-                drop(state);
-                drop(device);
-                Some(Tier::Host)
+                (Tier::Host, device)
             }
         }
     }
 
     /// Writes one record to the first cold store that takes it.
     fn write_record(&self, info: SlotInfo<'_>, bytes: &[u8]) -> Result<ColdRecord, ColdWriteError> {
-        lock(&self.cold).write(info.id, info.meta, bytes)
+        let meta = (info.meta)();
+        lock(&self.cold).write(info.id, meta.as_bytes(), bytes)
     }
 
     fn disk_write_failed(&self, info: SlotInfo<'_>, error: ColdWriteError) {
@@ -226,7 +285,8 @@ impl DeviceEngine {
         info: SlotInfo<'_>,
         into: &mut [u8],
     ) -> Result<(), String> {
-        lock(&self.cold).read_into(record, info.id, info.meta, into)
+        let meta = (info.meta)();
+        lock(&self.cold).read_into(record, info.id, meta.as_bytes(), into)
     }
 
     pub(super) fn free_record(&self, record: &ColdRecord) {
