@@ -15,7 +15,7 @@ use std::sync::{Arc, Weak};
 use super::DeviceEngine;
 use super::slot::{TensorId, Tier};
 use crate::fast_hash::{FastMap, FastSet};
-use crate::policy::plan::{KeyAt, PlanKey};
+use crate::policy::plan::{KeyAt, NextUseMemo, PlanKey};
 
 /// A tensor the engine can move. The adapter implements it for its handle.
 pub trait Spillable: Send + Sync {
@@ -89,6 +89,8 @@ struct Entry {
     stamp: u64,
     /// Dropped from the device, to be rebuilt when next used: in no tier's queue until then.
     dropped: bool,
+    /// Its next use as the last victim pass looked it up (see [`NextUseMemo`]).
+    next_use: Option<NextUseMemo>,
 }
 
 impl Entry {
@@ -105,6 +107,7 @@ impl Entry {
             due: None,
             stamp: 0,
             dropped: false,
+            next_use: None,
         }
     }
 }
@@ -123,6 +126,8 @@ pub(crate) struct Resident {
     pub key: Option<KeyAt>,
     /// Brought back by a prefetch and not read yet.
     pub prefetched: bool,
+    /// Its next use as an earlier victim pass looked it up.
+    pub next_use: Option<NextUseMemo>,
 }
 
 /// A spilled tensor that is not yet on its way back.
@@ -361,19 +366,37 @@ impl Index {
         note
     }
 
-    /// The unpinned live tensors of `tier` not in `tried`.
+    /// The unpinned live tensors of `tier` not in `tried`, in no particular order (the victim
+    /// policies rank them all: walking the tier's queue in LRU order would also walk its stale
+    /// places, with a lookup each).
     pub fn unpinned(&self, tier: Tier, tried: &FastSet<TensorId>) -> Vec<Resident> {
-        self.in_order(tier)
-            .filter_map(|(id, e)| {
-                (e.pins == 0 && !e.in_flight && !tried.contains(&id)).then_some(Resident {
+        self.entries
+            .iter()
+            .filter_map(|(&id, e)| {
+                (e.tier == tier
+                    && !e.dropped
+                    && e.pins == 0
+                    && !e.in_flight
+                    && !tried.contains(&id))
+                .then_some(Resident {
                     id,
                     bytes: e.bytes,
                     last_use: e.last_use,
                     key: e.key,
                     prefetched: e.prefetched,
+                    next_use: e.next_use,
                 })
             })
             .collect()
+    }
+
+    /// Keeps the next uses a victim pass looked up, for the passes after it.
+    pub fn remember_next_uses(&mut self, looked_up: &[(TensorId, NextUseMemo)]) {
+        for (id, memo) in looked_up {
+            if let Some(entry) = self.entries.get_mut(id) {
+                entry.next_use = Some(*memo);
+            }
+        }
     }
 
     /// Upgrades the given tensors (those still alive), in order.

@@ -54,6 +54,40 @@ pub enum NextUse {
     Unknown,
 }
 
+/// A tensor's next use as looked up at one position, kept so that later victim passes of the
+/// same step need not look it up again: the plan is fixed, and positions only advance, so the
+/// same next use lies that many ops closer (see [`at`](Self::at)).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NextUseMemo {
+    /// Which plan answered (a number the engine gives each plan it puts in force).
+    pub plan: u64,
+    /// The step and position it was asked at.
+    pub step: u64,
+    pub now: u32,
+    /// The key it was asked for.
+    pub key: KeyAt,
+    /// The answer.
+    pub next: NextUse,
+}
+
+impl NextUseMemo {
+    /// What [`UsePlan::next_use`] answers for `key` at position `now` of `step` under plan
+    /// `plan`, if this memo can tell: the same plan, key and step, at or after the position it
+    /// was asked at, and no further on than the use it found (past it, the next use is another).
+    pub fn at(&self, plan: u64, key: KeyAt, step: u64, now: u32) -> Option<NextUse> {
+        if self.plan != plan || self.step != step || self.key != key || now < self.now {
+            return None;
+        }
+        let passed = now - self.now;
+        match self.next {
+            NextUse::In(d) if passed <= d => Some(NextUse::In(d - passed)),
+            NextUse::In(_) => None,
+            // No use left in this step nor the next (or none the plan can tell): still none.
+            other => Some(other),
+        }
+    }
+}
+
 impl NextUse {
     /// The distance, with `Never` as `u32::MAX` and `Unknown` as `unknown`.
     pub fn distance_or(self, unknown: u32) -> u32 {
@@ -537,6 +571,54 @@ mod tests {
         assert_eq!(plan.next_use(b, 7, 4), NextUse::Never);
         // Older keys are unknown.
         assert_eq!(plan.next_use(w, 9, 0), NextUse::Unknown);
+    }
+
+    /// Wherever a memo answers, it answers what the plan does; it answers at every later
+    /// position of its step up to the use it found, and never for another plan, step or key.
+    #[test]
+    fn a_next_use_memo_agrees_with_the_plan_wherever_it_answers() {
+        let (first, second) = two_steps();
+        let plan = UsePlan::from_tape(&second, Some(&first));
+        let keys = [
+            PlanKey::Input { op: 1, slot: 0 },
+            PlanKey::Produced { op: 3, slot: 0 },
+            PlanKey::Produced { op: 2, slot: 0 },
+            PlanKey::Produced { op: 1, slot: 0 },
+        ];
+        let mut answered = 0;
+        for key in keys {
+            for keyed in [7, 8] {
+                let key = KeyAt { step: keyed, key };
+                for asked in 0..=plan.len() {
+                    let memo = NextUseMemo {
+                        plan: 5,
+                        step: 8,
+                        now: asked,
+                        key,
+                        next: plan.next_use(key, 8, asked),
+                    };
+                    for now in 0..=plan.len() {
+                        let truth = plan.next_use(key, 8, now);
+                        match memo.at(5, key, 8, now) {
+                            Some(next) => {
+                                assert_eq!(next, truth, "{key:?} asked at {asked}, now {now}");
+                                answered += 1;
+                            }
+                            None => assert!(
+                                now < asked
+                                    || matches!(memo.next, NextUse::In(d) if now - asked > d),
+                                "{key:?} asked at {asked} could answer at {now}"
+                            ),
+                        }
+                    }
+                    assert_eq!(memo.at(6, key, 8, asked), None, "another plan");
+                    assert_eq!(memo.at(5, key, 9, asked), None, "another step");
+                    let other = KeyAt { step: 9, ..key };
+                    assert_eq!(memo.at(5, other, 8, asked), None, "another key");
+                }
+            }
+        }
+        assert!(answered > 50, "the memo answered {answered} times");
     }
 
     #[test]

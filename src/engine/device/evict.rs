@@ -9,7 +9,7 @@ use crate::engine::ledger::Direction;
 use crate::engine::slot::{TensorId, Tier};
 use crate::engine::transfer::on_worker;
 use crate::fast_hash::FastSet;
-use crate::policy::plan::NextUse;
+use crate::policy::plan::{NextUse, NextUseMemo};
 use crate::policy::victim::{self, Bandwidth};
 
 use super::prefetch::Room;
@@ -227,8 +227,8 @@ impl DeviceEngine {
         beyond: Option<u64>,
     ) -> Vec<Candidate> {
         let limits = self.limits();
-        let plan = match self.plan() {
-            Some(plan) if limits.planning() => plan,
+        let (plan, generation) = match self.plan_and_generation() {
+            (Some(plan), generation) if limits.planning() => (plan, generation),
             _ => return lock(&self.index).coldest(tier, want, tried),
         };
         let (step, now) = self.recorder.position();
@@ -244,10 +244,30 @@ impl DeviceEngine {
         // Needed within the window (plus the lead it earned), or brought back for a use that has
         // not come yet: such tensors leave only when nothing else is left.
         let (mut later, mut soon) = (Vec::new(), Vec::new());
+        // Next uses looked up in the plan, kept for the next pass: a pass every few ops would
+        // otherwise look up every resident again, though only those read since have changed.
+        let mut looked_up = Vec::new();
         for r in &residents {
-            let next_use = r
-                .key
-                .map_or(NextUse::Unknown, |k| plan.next_use(k, step, now));
+            let next_use = match r.key {
+                None => NextUse::Unknown,
+                Some(key) => match r.next_use.and_then(|m| m.at(generation, key, step, now)) {
+                    Some(next) => next,
+                    None => {
+                        let next = plan.next_use(key, step, now);
+                        looked_up.push((
+                            r.id,
+                            NextUseMemo {
+                                plan: generation,
+                                step,
+                                now,
+                                key,
+                                next,
+                            },
+                        ));
+                        next
+                    }
+                },
+            };
             if let (Some(beyond), Some(due)) = (beyond, placement.due_of(next_use))
                 && due <= beyond
             {
@@ -276,7 +296,9 @@ impl DeviceEngine {
             beyond.is_none(),
         );
         drop(leads);
-        lock(&self.index).upgrade(picked)
+        let mut index = lock(&self.index);
+        index.remember_next_uses(&looked_up);
+        index.upgrade(picked)
     }
 
     /// What bringing a tensor back from where a victim of `tier` goes costs, as measured.

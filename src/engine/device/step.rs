@@ -89,6 +89,16 @@ impl DeviceEngine {
         self.plan.read().unwrap_or_else(|e| e.into_inner()).clone()
     }
 
+    /// The use plan in force with the number it was put in force under (read together, under
+    /// the plan's lock): what a remembered next use is checked against.
+    pub(super) fn plan_and_generation(&self) -> (Option<Arc<UsePlan>>, u64) {
+        let in_force = self.plan.read().unwrap_or_else(|e| e.into_inner());
+        (
+            in_force.clone(),
+            self.plan_generation.load(Ordering::Relaxed),
+        )
+    }
+
     /// On a new step: closes the previous step's counters, and rebuilds the plan when the tape
     /// recorded a step or diverged since it was built.
     pub(super) fn step_changed(&self, step: u64) {
@@ -148,7 +158,11 @@ impl DeviceEngine {
         let headroom = plan
             .as_ref()
             .map_or(0, |p| p.max_headroom().saturating_add(1));
-        *self.plan.write().unwrap_or_else(|e| e.into_inner()) = plan;
+        {
+            let mut in_force = self.plan.write().unwrap_or_else(|e| e.into_inner());
+            *in_force = plan;
+            self.plan_generation.fetch_add(1, Ordering::Relaxed);
+        }
         self.plan_headroom.store(headroom, Ordering::Relaxed);
         // Spilled tensors are placed by the plan in force.
         let placement = self.placement();
