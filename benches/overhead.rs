@@ -6,8 +6,14 @@
 //! in a hundred recorded): what a user who sets a budget pays while memory is ample. Prints a
 //! markdown table of the ratios at the end.
 //!
+//! With `--features wgpu` it also measures the two configured settings on `SpillBackend<Wgpu>`
+//! against plain `Wgpu` (on lavapipe where there is no GPU), paired: the host time an op's
+//! dispatch takes (what a GPU user pays per op, since the host thread is what keeps a GPU fed)
+//! and the training steps, each synchronised.
+//!
 //! ```text
 //! cargo bench --bench overhead
+//! cargo bench --bench overhead --features wgpu
 //! ```
 
 #[path = "../examples/common/small_models.rs"]
@@ -116,24 +122,6 @@ fn bench_step<B: AutodiffBackend, M: Model<B>>(c: &mut Criterion, group: &str, i
         .bench_function(id, |b| b.iter(|| trainer.step()));
 }
 
-/// Step-time ratio spill / plain of the CNN and of the Transformer from alternating single
-/// steps, so that machine drift (other processes, frequency changes) hits both sides alike.
-fn paired_cnn_ratio(rounds: usize) -> f64 {
-    let mut plain = Trainer::<Autodiff<Flex>, SmallCnn<_>>::new();
-    let mut spill = Trainer::<Autodiff<Spill>, SmallCnn<_>>::new();
-    paired(rounds, &mut |spilled| {
-        if spilled { spill.step() } else { plain.step() }
-    })
-}
-
-fn paired_gpt_ratio(rounds: usize) -> f64 {
-    let mut plain = Trainer::<Autodiff<Flex>, TinyGpt<_>>::new();
-    let mut spill = Trainer::<Autodiff<Spill>, TinyGpt<_>>::new();
-    paired(rounds, &mut |spilled| {
-        if spilled { spill.step() } else { plain.step() }
-    })
-}
-
 /// The median over `rounds` of the time of `run(true)` over that of `run(false)`, alternating
 /// which goes first (a cache warmed by one must not favour the other), after three warm-up
 /// calls of each.
@@ -184,6 +172,134 @@ fn paired_recording_ratio(rounds: usize, resample: u64) -> f64 {
     let ratio = paired(rounds, &mut step);
     configure(SpillConfig::default());
     ratio
+}
+
+/// Which op a per-op row times.
+#[derive(Clone, Copy)]
+enum Op {
+    Add16,
+    Matmul64,
+}
+
+impl Op {
+    fn size(self) -> usize {
+        match self {
+            Op::Add16 => 16,
+            Op::Matmul64 => 64,
+        }
+    }
+
+    fn run<B: Backend>(
+        self,
+        x: B::FloatTensorPrimitive,
+        y: B::FloatTensorPrimitive,
+    ) -> B::FloatTensorPrimitive {
+        match self {
+            Op::Add16 => B::float_add(x, y),
+            Op::Matmul64 => B::float_matmul(x, y),
+        }
+    }
+}
+
+/// The host time of `n` dispatches of `op` on fresh inputs (made and synchronised before the
+/// clock starts; the outputs are synchronised and dropped after it stops), in seconds.
+fn time_ops<B: Backend>(op: Op, n: usize) -> f64 {
+    let device = Default::default();
+    let inputs: Vec<_> = (0..n)
+        .map(|_| {
+            (
+                float_input::<B>(op.size(), op.size()),
+                float_input::<B>(op.size(), op.size()),
+            )
+        })
+        .collect();
+    B::sync(&device).expect("the device syncs");
+    let start = Instant::now();
+    let outputs: Vec<_> = inputs.into_iter().map(|(x, y)| op.run::<B>(x, y)).collect();
+    let took = start.elapsed().as_secs_f64();
+    B::sync(&device).expect("the device syncs");
+    drop(outputs);
+    took
+}
+
+/// Paired per-op rows of `SpillBackend<P>` against `P`: the median ratio and the median time
+/// added per op (ns) over `rounds` alternating batches of `n` ops.
+fn paired_op<P: Backend>(op: Op, rounds: usize, n: usize) -> (f64, f64) {
+    let mut pairs: Vec<(f64, f64)> = Vec::with_capacity(rounds);
+    for round in 0..rounds + 3 {
+        let (off, on) = if round % 2 == 0 {
+            let off = time_ops::<P>(op, n);
+            (off, time_ops::<SpillBackend<P>>(op, n))
+        } else {
+            let on = time_ops::<SpillBackend<P>>(op, n);
+            (time_ops::<P>(op, n), on)
+        };
+        if round >= 3 {
+            pairs.push((off, on));
+        }
+    }
+    let mut ratios: Vec<f64> = pairs.iter().map(|(off, on)| on / off).collect();
+    let mut added: Vec<f64> = pairs
+        .iter()
+        .map(|(off, on)| (on - off) * 1e9 / n as f64)
+        .collect();
+    ratios.sort_by(f64::total_cmp);
+    added.sort_by(f64::total_cmp);
+    (ratios[rounds / 2], added[rounds / 2])
+}
+
+/// Paired training-step ratio of `SpillBackend<P>` against `P` (the same model on each: `Plain`
+/// and `Spilled` are its two instances), each step synchronised.
+fn paired_step<P: Backend, Plain, Spilled>(rounds: usize) -> f64
+where
+    Plain: Model<Autodiff<P>>,
+    Spilled: Model<Autodiff<SpillBackend<P>>>,
+{
+    let mut plain = Trainer::<Autodiff<P>, Plain>::new();
+    let mut spill = Trainer::<Autodiff<SpillBackend<P>>, Spilled>::new();
+    let device: P::Device = Default::default();
+    let spill_device: burn::tensor::Device<SpillBackend<P>> = Default::default();
+    paired(rounds, &mut |spilled| {
+        if spilled {
+            spill.step();
+            SpillBackend::<P>::sync(&spill_device).expect("the device syncs");
+        } else {
+            plain.step();
+            P::sync(&device).expect("the device syncs");
+        }
+    })
+}
+
+/// The configured rows on `SpillBackend<Wgpu>` (see the module doc), printed as a table.
+#[cfg(feature = "wgpu")]
+fn wgpu_rows(rounds: usize) {
+    use burn::backend::Wgpu;
+    let device = Default::default();
+    println!("\nOn wgpu: median over {rounds} alternating rounds, SpillBackend<Wgpu> against Wgpu");
+    println!(
+        "| spilled side | add 16x16 added (ns/op) | add ratio | matmul 64x64 added (ns/op) | matmul ratio | cnn step | transformer step |"
+    );
+    println!("|---|---:|---:|---:|---:|---:|---:|");
+    for (setting, (_, what)) in SETTINGS.iter().enumerate().skip(1) {
+        SpillBackend::<Wgpu>::configure(
+            &device,
+            match setting {
+                1 => SpillConfig::default().device_budget_bytes(AMPLE_BUDGET),
+                _ => SpillConfig::transformer().device_budget_bytes(AMPLE_BUDGET),
+            },
+        )
+        .expect("a valid config");
+        if setting < 2 {
+            SpillBackend::<Wgpu>::record_tape(&device, false);
+        }
+        let (add_ratio, add_ns) = paired_op::<Wgpu>(Op::Add16, rounds, 200);
+        let (mm_ratio, mm_ns) = paired_op::<Wgpu>(Op::Matmul64, rounds, 200);
+        let cnn = paired_step::<Wgpu, SmallCnn<_>, SmallCnn<_>>(rounds);
+        let gpt = paired_step::<Wgpu, TinyGpt<_>, TinyGpt<_>>(rounds);
+        println!(
+            "| {what} | {add_ns:+.0} | {add_ratio:.4} | {mm_ns:+.0} | {mm_ratio:.4} | {cnn:.4} | {gpt:.4} |"
+        );
+    }
 }
 
 fn configure(config: SpillConfig) {
@@ -273,8 +389,8 @@ fn main() {
         configure_setting(setting);
         println!(
             "- {what}: cnn_train_step {:.4}, transformer_train_step {:.4}",
-            paired_cnn_ratio(rounds),
-            paired_gpt_ratio(rounds)
+            paired_step::<Flex, SmallCnn<_>, SmallCnn<_>>(rounds),
+            paired_step::<Flex, TinyGpt<_>, TinyGpt<_>>(rounds)
         );
     }
     configure(SpillConfig::default());
@@ -286,4 +402,6 @@ fn main() {
         "- cnn_train_step, tape with the default resampling (verify steps, record every 100th): median on/off ratio = {:.4}",
         paired_recording_ratio(rounds, 100)
     );
+    #[cfg(feature = "wgpu")]
+    wgpu_rows(31);
 }

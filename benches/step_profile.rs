@@ -14,7 +14,8 @@
 //! (`step_profile add 1000 2000`: two million adds at a budget that never binds).
 //!
 //! Arguments: the model (`cnn`, `transformer` or `add`), the budget in percent of the plain peak
-//! (`none` for an unconfigured device; above 100 never binds), the number of steps, then any
+//! (`none` for an unconfigured device, `plain` for plain `Flex` without the decorator: the
+//! profile to subtract; above 100 never binds), the number of steps, then any
 //! of `unmarked` to train without step markers (the tape finds the steps itself) and `record`
 //! to record every step in full (by default the tape records one step in a hundred once
 //! steps repeat, and only checks the others): a profile of the recorder.
@@ -28,69 +29,87 @@ use burn::backend::{Autodiff, Flex};
 use burn::module::AutodiffModule;
 use burn::optim::adaptor::OptimizerAdaptor;
 use burn::optim::{Adam, AdamConfig, GradientsParams, Optimizer};
+use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::{Int, Tensor};
 use burn_spill::{SpillBackend, SpillConfig};
 use small_models::{SmallCnn, TinyGpt, cnn_batch, gpt_batch};
 
 type Spill = SpillBackend<Flex>;
 type Spilled = Autodiff<Spill>;
+type Plain = Autodiff<Flex>;
 
-trait Model: AutodiffModule<Spilled> + Clone {
-    fn init(device: &burn::tensor::Device<Spilled>) -> Self;
-    fn batch_loss(&self) -> Tensor<Spilled, 1>;
+trait Model<B: AutodiffBackend>: AutodiffModule<B> + Clone {
+    fn init(device: &B::Device) -> Self;
+    fn batch_loss(&self) -> Tensor<B, 1>;
+}
+
+/// The preset each model's spilled runs are configured with.
+trait Preset {
     fn config() -> SpillConfig;
 }
 
-impl Model for SmallCnn<Spilled> {
-    fn init(device: &burn::tensor::Device<Spilled>) -> Self {
+impl<B: AutodiffBackend> Model<B> for SmallCnn<B> {
+    fn init(device: &B::Device) -> Self {
         SmallCnn::new(device)
     }
-    fn batch_loss(&self) -> Tensor<Spilled, 1> {
-        let (images, labels): (Tensor<Spilled, 4>, Tensor<Spilled, 1, Int>) =
-            cnn_batch::<Spilled>(8, 0, &Default::default());
+    fn batch_loss(&self) -> Tensor<B, 1> {
+        let (images, labels): (Tensor<B, 4>, Tensor<B, 1, Int>) =
+            cnn_batch::<B>(8, 0, &Default::default());
         self.loss(images, labels)
     }
+}
+
+impl<B: Backend> Preset for SmallCnn<B> {
     fn config() -> SpillConfig {
         SpillConfig::cnn()
     }
 }
 
-impl Model for TinyGpt<Spilled> {
-    fn init(device: &burn::tensor::Device<Spilled>) -> Self {
+impl<B: AutodiffBackend> Model<B> for TinyGpt<B> {
+    fn init(device: &B::Device) -> Self {
         TinyGpt::new(device)
     }
-    fn batch_loss(&self) -> Tensor<Spilled, 1> {
-        self.loss(gpt_batch::<Spilled>(8, 0, &Default::default()))
+    fn batch_loss(&self) -> Tensor<B, 1> {
+        self.loss(gpt_batch::<B>(8, 0, &Default::default()))
     }
+}
+
+impl<B: Backend> Preset for TinyGpt<B> {
     fn config() -> SpillConfig {
         SpillConfig::transformer()
     }
 }
 
-/// Trains `steps` steps, with markers around each unless `unmarked` (the tape then finds the
-/// steps itself); returns the mean step time in ms.
-fn train<M: Model>(steps: usize, unmarked: bool) -> f64 {
+/// Trains `steps` steps of `M` on `B`; `markers` brackets each step with the spilled device's
+/// step markers (off for plain runs and for `unmarked`, where the tape finds the steps itself).
+/// Returns the mean step time in ms.
+fn train<B: AutodiffBackend, M: Model<B>>(steps: usize, markers: bool) -> f64 {
     let device = Default::default();
-    <Spilled as burn::tensor::backend::Backend>::seed(&device, 1);
+    B::seed(&device, 1);
     let mut model = Some(M::init(&device));
-    let mut optim: OptimizerAdaptor<Adam, M, Spilled> = AdamConfig::new().init();
+    let mut optim: OptimizerAdaptor<Adam, M, B> = AdamConfig::new().init();
     let start = Instant::now();
     for _ in 0..steps {
-        if !unmarked {
-            Spill::step_begin(&device);
+        if markers {
+            Spill::step_begin(&Default::default());
         }
         let m = model.take().expect("a model between steps");
         let loss = m.batch_loss();
         let grads = GradientsParams::from_grads(loss.backward(), &m);
         model = Some(optim.step(1e-3, m, grads));
-        if !unmarked {
-            Spill::step_end(&device);
+        if markers {
+            Spill::step_end(&Default::default());
         }
     }
     start.elapsed().as_secs_f64() * 1e3 / steps as f64
 }
 
-fn run<M: Model>(budget_percent: Option<u64>, steps: usize, unmarked: bool, record: bool) {
+fn run<M: Model<Spilled> + Preset>(
+    budget_percent: Option<u64>,
+    steps: usize,
+    unmarked: bool,
+    record: bool,
+) {
     let resample = |config: SpillConfig| {
         if record {
             config.tape_resample_steps(1)
@@ -103,7 +122,7 @@ fn run<M: Model>(budget_percent: Option<u64>, steps: usize, unmarked: bool, reco
         Some(percent) => {
             // The plain peak: what the counters of an unconfigured device see in a few steps.
             Spill::configure(&device, SpillConfig::default()).expect("a valid config");
-            train::<M>(4, unmarked);
+            train::<Spilled, M>(4, !unmarked);
             let peak = Spill::stats(&device).peak.device;
             let budget = peak * percent / 100;
             Spill::configure(&device, resample(M::config().device_budget_bytes(budget)))
@@ -116,7 +135,7 @@ fn run<M: Model>(budget_percent: Option<u64>, steps: usize, unmarked: bool, reco
             None
         }
     };
-    let ms = train::<M>(steps, unmarked);
+    let ms = train::<Spilled, M>(steps, !unmarked);
     let stats = Spill::stats(&device);
     let tape = Spill::tape_counters(&device);
     println!(
@@ -153,8 +172,9 @@ fn main() {
         .filter(|a| a != "--bench")
         .collect();
     let model = args.first().map_or("transformer", String::as_str);
+    let plain = args.get(1).is_some_and(|b| b == "plain");
     let budget = match args.get(1).map(String::as_str) {
-        None | Some("none") => None,
+        None | Some("none") | Some("plain") => None,
         Some(p) => Some(p.parse().expect("a budget in percent, or `none`")),
     };
     let steps = args
@@ -167,6 +187,14 @@ fn main() {
         panic!("unknown flag `{other}`: `unmarked` or `record`");
     }
     match model {
+        "cnn" | "transformer" if plain => {
+            let ms = match model {
+                "cnn" => train::<Plain, SmallCnn<Plain>>(steps, false),
+                _ => train::<Plain, TinyGpt<Plain>>(steps, false),
+            };
+            println!("{steps} steps, {ms:.3} ms per step on plain Flex");
+        }
+        "add" if plain => panic!("`add` has no plain run: `overhead` pairs adds with plain"),
         "add" => run_adds(budget, steps),
         "cnn" => run::<SmallCnn<Spilled>>(budget, steps, unmarked, record),
         "transformer" => run::<TinyGpt<Spilled>>(budget, steps, unmarked, record),
