@@ -366,35 +366,30 @@ impl Index {
         note
     }
 
-    /// The unpinned live tensors of `tier` not in `tried`, in no particular order (the victim
-    /// policies rank them all: walking the tier's queue in LRU order would also walk its stale
-    /// places, with a lookup each).
-    pub fn unpinned(&self, tier: Tier, tried: &FastSet<TensorId>) -> Vec<Resident> {
-        self.entries
-            .iter()
-            .filter_map(|(&id, e)| {
-                (e.tier == tier
-                    && !e.dropped
-                    && e.pins == 0
-                    && !e.in_flight
-                    && !tried.contains(&id))
-                .then_some(Resident {
-                    id,
-                    bytes: e.bytes,
-                    last_use: e.last_use,
-                    key: e.key,
-                    prefetched: e.prefetched,
-                    next_use: e.next_use,
-                })
-            })
-            .collect()
-    }
-
-    /// Keeps the next uses a victim pass looked up, for the passes after it.
-    pub fn remember_next_uses(&mut self, looked_up: &[(TensorId, NextUseMemo)]) {
-        for (id, memo) in looked_up {
-            if let Some(entry) = self.entries.get_mut(id) {
-                entry.next_use = Some(*memo);
+    /// Shows `visit` each unpinned live tensor of `tier` not in `tried`, in no particular order
+    /// (the victim policies rank them all: walking the tier's queue in LRU order would also walk
+    /// its stale places, with a lookup each). A next use `visit` returns is kept with the tensor
+    /// for later passes (see [`NextUseMemo`]).
+    pub fn visit_unpinned(
+        &mut self,
+        tier: Tier,
+        tried: &FastSet<TensorId>,
+        mut visit: impl FnMut(&Resident) -> Option<NextUseMemo>,
+    ) {
+        for (&id, e) in self.entries.iter_mut() {
+            if e.tier != tier || e.dropped || e.pins > 0 || e.in_flight || tried.contains(&id) {
+                continue;
+            }
+            let resident = Resident {
+                id,
+                bytes: e.bytes,
+                last_use: e.last_use,
+                key: e.key,
+                prefetched: e.prefetched,
+                next_use: e.next_use,
+            };
+            if let Some(memo) = visit(&resident) {
+                e.next_use = Some(memo);
             }
         }
     }
@@ -643,6 +638,11 @@ mod tests {
             index.cold[Tier::Device.index()].len() <= 2 * 3 + 64 + 1,
             "stale places are dropped as the queue grows"
         );
-        assert_eq!(index.unpinned(Tier::Device, &FastSet::default()).len(), 3);
+        let mut unpinned = 0;
+        index.visit_unpinned(Tier::Device, &FastSet::default(), |_| {
+            unpinned += 1;
+            None
+        });
+        assert_eq!(unpinned, 3);
     }
 }

@@ -238,40 +238,39 @@ impl DeviceEngine {
             now,
         };
         let bandwidth = self.restore_bandwidth(tier);
-        let residents = lock(&self.index).unpinned(tier, tried);
         let window = limits.prefetch_window.min(plan.len());
+        // The index stays locked through the pass (the leads are taken under it, as the
+        // prefetch scan takes them), so that each resident is read and its next use kept in one
+        // visit.
+        let mut index = lock(&self.index);
         let leads = lock(&self.leads);
         // Needed within the window (plus the lead it earned), or brought back for a use that has
         // not come yet: such tensors leave only when nothing else is left.
         let (mut later, mut soon) = (Vec::new(), Vec::new());
-        // Next uses looked up in the plan, kept for the next pass: a pass every few ops would
-        // otherwise look up every resident again, though only those read since have changed.
-        let mut looked_up = Vec::new();
-        for r in &residents {
-            let next_use = match r.key {
-                None => NextUse::Unknown,
+        index.visit_unpinned(tier, tried, |r| {
+            // A next use an earlier pass of this step looked up still holds unless the tensor
+            // was read since: a pass every few ops would otherwise look up every resident again.
+            let (next_use, looked_up) = match r.key {
+                None => (NextUse::Unknown, None),
                 Some(key) => match r.next_use.and_then(|m| m.at(generation, key, step, now)) {
-                    Some(next) => next,
+                    Some(next) => (next, None),
                     None => {
                         let next = plan.next_use(key, step, now);
-                        looked_up.push((
-                            r.id,
-                            NextUseMemo {
-                                plan: generation,
-                                step,
-                                now,
-                                key,
-                                next,
-                            },
-                        ));
-                        next
+                        let memo = NextUseMemo {
+                            plan: generation,
+                            step,
+                            now,
+                            key,
+                            next,
+                        };
+                        (next, Some(memo))
                     }
                 },
             };
             if let (Some(beyond), Some(due)) = (beyond, placement.due_of(next_use))
                 && due <= beyond
             {
-                continue;
+                return looked_up;
             }
             let lead = r.key.and_then(|k| leads.get(&k.key)).copied().unwrap_or(0);
             let candidate = victim::Candidate {
@@ -285,7 +284,9 @@ impl DeviceEngine {
             } else {
                 later.push(candidate);
             }
-        }
+            looked_up
+        });
+        drop(leads);
         let picked = victim::pick(
             limits.policy,
             Some(plan.len()),
@@ -295,9 +296,6 @@ impl DeviceEngine {
             want,
             beyond.is_none(),
         );
-        drop(leads);
-        let mut index = lock(&self.index);
-        index.remember_next_uses(&looked_up);
         index.upgrade(picked)
     }
 
