@@ -175,12 +175,14 @@ fn paired_recording_ratio(rounds: usize, resample: u64) -> f64 {
 }
 
 /// Which op a per-op row times.
+#[cfg(feature = "wgpu")]
 #[derive(Clone, Copy)]
 enum Op {
     Add16,
     Matmul64,
 }
 
+#[cfg(feature = "wgpu")]
 impl Op {
     fn size(self) -> usize {
         match self {
@@ -201,6 +203,7 @@ impl Op {
     }
 }
 
+#[cfg(feature = "wgpu")]
 /// The host time of `n` dispatches of `op` on fresh inputs (made and synchronised before the
 /// clock starts; the outputs are synchronised and dropped after it stops), in seconds.
 fn time_ops<B: Backend>(op: Op, n: usize) -> f64 {
@@ -222,6 +225,7 @@ fn time_ops<B: Backend>(op: Op, n: usize) -> f64 {
     took
 }
 
+#[cfg(feature = "wgpu")]
 /// Paired per-op rows of `SpillBackend<P>` against `P`: the median ratio and the median time
 /// added per op (ns) over `rounds` alternating batches of `n` ops.
 fn paired_op<P: Backend>(op: Op, rounds: usize, n: usize) -> (f64, f64) {
