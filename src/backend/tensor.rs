@@ -195,6 +195,18 @@ impl<B: Backend> Handle<B> {
         }
     }
 
+    /// Offers the device payload to the host tier as it is (see [`super::host::hand_over`]):
+    /// only backends whose memory is host memory take it.
+    pub(super) fn hand_over(&self, engine: &DeviceEngine) -> HandOver {
+        if !super::host::hands_over::<B>() {
+            return HandOver::Refused;
+        }
+        let meta = || self.meta();
+        engine.hand_over_slot(&self.state, self.info(&meta), |primitive| {
+            super::host::hand_over::<B>(primitive, self.dtype, &self.shape)
+        })
+    }
+
     /// This tensor's bytes straight from `primitive`'s memory, where burn-spill can read it.
     pub(super) fn direct_bytes<'a>(&self, primitive: &'a Primitive<B>) -> Option<&'a [u8]> {
         super::host::flex_bytes(primitive, self.dtype, &self.shape)
@@ -314,20 +326,6 @@ impl<B: Backend> Drop for Handle<B> {
         if *self.indexed.get_mut() {
             self.engine.unregister(self.id);
         }
-    }
-}
-
-impl<B: Backend> Handle<B> {
-    /// Offers the device payload to the host tier as it is (see [`host::hand_over`]): only
-    /// backends whose memory is host memory take it.
-    pub(super) fn hand_over(&self, engine: &DeviceEngine) -> HandOver {
-        if !super::host::hands_over::<B>() {
-            return HandOver::Refused;
-        }
-        let meta = || self.meta();
-        engine.hand_over_slot(&self.state, self.info(&meta), |primitive| {
-            super::host::hand_over::<B>(primitive, self.dtype, &self.shape)
-        })
     }
 }
 

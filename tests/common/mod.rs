@@ -163,8 +163,10 @@ impl ExclusiveDevice {
         }
         *held = (Some(me), held.1 + 1);
         drop(held);
+        // Made before configuring, so that a failed `configure` still gives the device back.
+        let taken = Self(());
         Spill::configure(&Default::default(), SpillConfig::default()).unwrap();
-        Self(())
+        taken
     }
 }
 

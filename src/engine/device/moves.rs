@@ -90,10 +90,11 @@ impl DeviceEngine {
         if !matches!(*state, Residency::Device(_)) {
             return None;
         }
-        let (tier, device) = self.install_locked(&mut state, info, host, took, may_stay_on_host);
+        let (tier, freed) = self.install_locked(&mut state, info, host, took, may_stay_on_host);
         drop(state);
-        // Freeing the device tensor is not part of the move's time, nor done under the lock.
-        drop(device);
+        // Freeing the device tensor (and a host copy written to disk) is not part of the move's
+        // time, nor done under the lock.
+        drop(freed);
         Some(tier)
     }
 
@@ -119,8 +120,10 @@ impl DeviceEngine {
         };
         match hand_over(payload) {
             Ok(host) => {
-                let (tier, _taken) =
+                let (tier, freed) =
                     self.install_locked(&mut state, info, host, start.elapsed(), true);
+                drop(state);
+                drop(freed);
                 HandOver::Moved(tier)
             }
             Err(payload) => {
@@ -132,8 +135,9 @@ impl DeviceEngine {
 
     /// The body of a move off the device, under the tensor's lock with the payload still in
     /// the state (or taken by a hand-over): puts `host` on the host or writes it on to disk
-    /// (see [`install_evicted`](Self::install_evicted)). Returns the tier and the state it
-    /// replaced, for the caller to free once the lock is released.
+    /// (see [`install_evicted`](Self::install_evicted)). Returns the tier and what the caller
+    /// frees once the lock is released: the state it replaced, and the host copy when it went
+    /// on to disk.
     fn install_locked<D, H: AsRef<[u8]>>(
         &self,
         state: &mut Residency<D, H>,
@@ -141,7 +145,7 @@ impl DeviceEngine {
         host: H,
         took: Duration,
         may_stay_on_host: bool,
-    ) -> (Tier, Residency<D, H>) {
+    ) -> (Tier, (Residency<D, H>, Option<H>)) {
         let limits = self.limits();
         let limit = limits.host_limit;
         let may_stay = may_stay_on_host || limit.is_none();
@@ -169,7 +173,7 @@ impl DeviceEngine {
             let crc = crc.or_else(|| checked(&host));
             let device = std::mem::replace(state, Residency::Host { copy: host, crc });
             trace_move(Direction::DeviceToHost, info, took);
-            return (Tier::Host, device);
+            return (Tier::Host, (device, None));
         }
         let start = Instant::now();
         match self.write_record(info, host.as_ref()) {
@@ -180,8 +184,7 @@ impl DeviceEngine {
                     .on_evict_through_host(info.bytes, info.role, took, wrote);
                 trace_move(Direction::DeviceToHost, info, took);
                 trace_move(Direction::HostToDisk, info, wrote);
-                drop(host);
-                (Tier::Disk, device)
+                (Tier::Disk, (device, Some(host)))
             }
             Err(error) => {
                 self.disk_write_failed(info, error);
@@ -189,7 +192,7 @@ impl DeviceEngine {
                 let device = std::mem::replace(state, Residency::Host { copy: host, crc });
                 self.ledger
                     .try_evict_to_host(info.bytes, info.role, took, None);
-                (Tier::Host, device)
+                (Tier::Host, (device, None))
             }
         }
     }
