@@ -138,8 +138,9 @@ fn run<M: Model<Spilled> + Preset>(
     let ms = train::<Spilled, M>(steps, !unmarked);
     let stats = Spill::stats(&device);
     let tape = Spill::tape_counters(&device);
+    let ops = Spill::last_step(&device).map(|step| step.ops.len());
     println!(
-        "{steps} steps, {ms:.3} ms per step; moved {} B to the host, {} B back; peak {} B (plain {peak:?}); tape {tape:?}",
+        "{steps} steps, {ms:.3} ms per step; moved {} B to the host, {} B back; peak {} B (plain {peak:?}); ops in the last recorded step {ops:?}; tape {tape:?}",
         stats.device_to_host.bytes, stats.host_to_device.bytes, stats.peak.device
     );
 }
