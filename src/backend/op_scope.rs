@@ -20,10 +20,11 @@ use super::device::device_key;
 use super::recipe::{Recipe, RecipeInputs, Rerun, recipe_input};
 use super::tensor::{Primitive, RetiredHandle, SpillTensor, TensorKind};
 use crate::engine::{
-    DeviceEngine, OpInput, OpOutput, OpTicket, TensorId, TensorRole, Tier, engine_for,
+    DeviceEngine, OpInput, OpOutput, OpTicket, TensorId, TensorRole, Tier, UntrackedOp, engine_for,
 };
 use crate::fast_hash::FastHasher;
 use crate::tape::TensorView;
+use crate::tape::recorder::OpSignature;
 
 /// What the tape needs of one tensor, held until the op is recorded.
 struct TapeEntry {
@@ -93,15 +94,25 @@ fn give_back(mut entries: Vec<TapeEntry>) {
     SCRATCH.with(|s| s.borrow_mut().push(entries));
 }
 
-/// The recording of one op: the engine whose recorder is on, the start, the tensors. While the
-/// recorder only verifies (most steps of a run that repeats), only the outputs are needed: the
-/// start is not read and the inputs are not collected.
+/// The recording of one op: the engine whose recorder is on, and what the recorder needs of
+/// the op.
 struct Recording {
     /// `None` when it is the scope's own engine (one reference counted per op, not two).
     engine: Option<Arc<DeviceEngine>>,
-    started: Option<Instant>,
-    inputs: Vec<TapeEntry>,
-    outputs: Vec<TapeEntry>,
+    taken: Taken,
+}
+
+/// What a recording takes of an op.
+enum Taken {
+    /// The step is recorded in full: the op's start and its tensors.
+    Full {
+        started: Instant,
+        inputs: Vec<TapeEntry>,
+        outputs: Vec<TapeEntry>,
+    },
+    /// The recorder only verifies (most steps of a run that repeats): the op's signature,
+    /// built from its outputs as they are made, so nothing is collected or copied.
+    Verified(OpSignature),
 }
 
 /// What the arguments of an op that creates a tensor from nothing say of its size.
@@ -144,7 +155,7 @@ pub(crate) struct OpScope<B: Backend> {
     decided: bool,
     /// The op runs untracked: memory is ample, so its inputs are not pinned, it reserves
     /// nothing, and its outputs are only listed for the index.
-    untracked: bool,
+    untracked: Option<UntrackedOp>,
     /// An untracked op's input sizes and output bytes, to learn its output size.
     untracked_inputs: SmallVec<[u64; 4]>,
     untracked_output_bytes: u64,
@@ -165,7 +176,7 @@ impl<B: Backend> OpScope<B> {
             recomputable: false,
             recipe_inputs: None,
             decided: false,
-            untracked: false,
+            untracked: None,
             untracked_inputs: SmallVec::new(),
             untracked_output_bytes: 0,
         }
@@ -186,13 +197,19 @@ impl<B: Backend> OpScope<B> {
     /// Starts recording this op if `engine` records; returns the recording.
     fn recording_for(&mut self, engine: &Arc<DeviceEngine>) -> Option<&mut Recording> {
         if self.recording.is_none() && engine.recorder().is_enabled() {
-            let verifying = engine.recorder().is_verifying();
             let own = self.engine.as_ref().is_some_and(|e| Arc::ptr_eq(e, engine));
+            let taken = if engine.recorder().is_verifying() {
+                Taken::Verified(OpSignature::new(self.name))
+            } else {
+                Taken::Full {
+                    started: Instant::now(),
+                    inputs: lend(),
+                    outputs: lend(),
+                }
+            };
             self.recording = Some(Recording {
                 engine: (!own).then(|| engine.clone()),
-                started: (!verifying).then(Instant::now),
-                inputs: lend(),
-                outputs: lend(),
+                taken,
             });
         }
         self.recording.as_mut()
@@ -210,15 +227,17 @@ impl<B: Backend> OpScope<B> {
         if self.recomputable {
             self.recipe_input(tensor);
         }
-        if let Some(recording) = self.recording_for(tensor.engine())
-            && recording.started.is_some()
+        if let Some(Recording {
+            taken: Taken::Full { inputs, .. },
+            ..
+        }) = self.recording_for(tensor.engine())
         {
-            recording.inputs.push(TapeEntry::of(tensor));
+            inputs.push(TapeEntry::of(tensor));
         }
         if !tracking {
             return;
         }
-        if self.untracked {
+        if self.untracked.is_some() {
             self.untracked_inputs.push(tensor.bytes());
             return;
         }
@@ -233,7 +252,7 @@ impl<B: Backend> OpScope<B> {
         if let Some(engine) = &self.engine {
             self.untracked = engine.begin_untracked(first_bytes);
         }
-        if self.untracked {
+        if self.untracked.is_some() {
             self.recomputable = false;
         }
     }
@@ -330,7 +349,7 @@ impl<B: Backend> OpScope<B> {
             // An op that creates a tensor from nothing: sized by its arguments.
             self.decide(self.created.bytes().unwrap_or(0));
         }
-        if self.untracked {
+        if self.untracked.is_some() {
             return;
         }
         if let Some(engine) = &self.engine {
@@ -408,20 +427,30 @@ impl<B: Backend> OpScope<B> {
             self.decided = true;
         }
         if let Some(recording) = self.recording_for(tensor.engine()) {
-            recording.outputs.push(TapeEntry::of(&tensor));
+            match &mut recording.taken {
+                Taken::Full { outputs, .. } => outputs.push(TapeEntry::of(&tensor)),
+                Taken::Verified(signature) => {
+                    signature.output(dtype_name(tensor.dtype()), tensor.shape_dims());
+                }
+            }
         }
         if !tracking {
             return tensor;
         }
         let engine = tensor.engine();
         let evictable = tensor.evictable();
-        if self.untracked
+        if self.untracked.is_some()
             && let Some(own) = &self.engine
             && Arc::ptr_eq(own, engine)
         {
             self.untracked_output_bytes += tensor.bytes();
-            engine
-                .note_untracked_output(tensor.id(), tensor.bytes(), evictable, || tensor.victim());
+            if let Some(place) =
+                engine.note_untracked_output(tensor.id(), tensor.bytes(), evictable, || {
+                    tensor.victim()
+                })
+            {
+                tensor.mark_listed(place);
+            }
             return tensor;
         }
         if evictable {
@@ -459,27 +488,34 @@ impl<B: Backend> Drop for OpScope<B> {
                 let recorder = engine.recorder();
                 let resident = [Tier::Device, Tier::Host, Tier::Disk]
                     .map(|tier| engine.ledger().resident(tier));
-                let outputs = recording.outputs.iter().map(TapeEntry::view);
-                match recording.started {
-                    Some(started) => recorder.record_op(
-                        self.name,
-                        recording.inputs.iter().map(TapeEntry::view),
-                        outputs,
+                match recording.taken {
+                    Taken::Full {
                         started,
-                        started.elapsed().as_nanos() as u64,
-                        resident,
-                    ),
-                    None => recorder.record_verified_op(self.name, outputs, resident),
+                        inputs,
+                        outputs,
+                    } => {
+                        recorder.record_op(
+                            self.name,
+                            inputs.iter().map(TapeEntry::view),
+                            outputs.iter().map(TapeEntry::view),
+                            started,
+                            started.elapsed().as_nanos() as u64,
+                            resident,
+                        );
+                        give_back(inputs);
+                        give_back(outputs);
+                    }
+                    Taken::Verified(signature) => {
+                        recorder.record_verified_op(self.name, signature, resident);
+                    }
                 }
             }
-            give_back(recording.inputs);
-            give_back(recording.outputs);
         }
         let Some(engine) = self.engine.take() else {
             self.retired.clear();
             return;
         };
-        if self.untracked {
+        if let Some(untracked) = self.untracked {
             // Released before anything else: a switch to tracking waits for untracked ops.
             engine.end_untracked();
             if !std::thread::panicking() {
@@ -491,7 +527,7 @@ impl<B: Backend> Drop for OpScope<B> {
                     self.untracked_output_bytes,
                 );
                 self.retired.clear();
-                engine.after_op();
+                engine.after_untracked_op(untracked);
             }
             return;
         }

@@ -5,7 +5,7 @@
 //! tensor. When the last clone drops, the device's ledger learns it.
 
 use std::fmt;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, MutexGuard, OnceLock, Weak};
 
 use burn_backend::quantization::QuantScheme;
@@ -108,6 +108,9 @@ pub(crate) struct Handle<B: Backend> {
     engine: Arc<DeviceEngine>,
     /// Whether the engine's index knows this tensor (so the drop must tell it).
     indexed: AtomicBool,
+    /// Where the engine listed this tensor while memory was ample (`NOT_LISTED` otherwise), so
+    /// that the drop takes it off the list (see `engine::device::ample`).
+    listed_at: AtomicU32,
     /// Whether the bytes can leave the device and come back in the same layout.
     evictable: bool,
     /// How to rebuild the bytes after a drop, for outputs of pure ops while the device may
@@ -326,8 +329,15 @@ impl<B: Backend> Drop for Handle<B> {
         if *self.indexed.get_mut() {
             self.engine.unregister(self.id);
         }
+        let listed_at = *self.listed_at.get_mut();
+        if listed_at != NOT_LISTED {
+            self.engine.unlist(listed_at, self.id);
+        }
     }
 }
+
+/// `Handle::listed_at` of a tensor the engine did not list.
+const NOT_LISTED: u32 = u32::MAX;
 
 impl<B: Backend> Spillable for Handle<B> {
     fn evict(&self, engine: &DeviceEngine) -> Option<Tier> {
@@ -495,6 +505,7 @@ impl<B: Backend> SpillTensor<B> {
                 state: Slot::new(Residency::Device(primitive)),
                 engine,
                 indexed: AtomicBool::new(false),
+                listed_at: AtomicU32::new(NOT_LISTED),
                 evictable,
                 recipe: OnceLock::new(),
             }),
@@ -599,6 +610,11 @@ impl<B: Backend> SpillTensor<B> {
         self.handle.evictable
     }
 
+    /// Records where the engine listed this tensor while memory was ample.
+    pub(crate) fn mark_listed(&self, place: u32) {
+        self.handle.listed_at.store(place, Ordering::Relaxed);
+    }
+
     /// Records that the engine's index now knows this tensor.
     pub(crate) fn mark_indexed(&self) {
         self.handle.indexed.store(true, Ordering::Relaxed);
@@ -693,6 +709,11 @@ impl<B: Backend> SpillTensor<B> {
     /// The device the tensor lives on, from the cache.
     pub fn device(&self) -> B::Device {
         self.handle.device.clone()
+    }
+
+    /// The dimensions of the shape, without copying it (`shape()` returns an owned `Shape`).
+    pub(crate) fn shape_dims(&self) -> &[usize] {
+        self.handle.shape.as_slice()
     }
 
     /// Logical size in bytes: elements x dtype size.

@@ -20,7 +20,7 @@ pub mod remote;
 pub mod slot;
 pub mod transfer;
 
-pub use device::{DeviceEngine, HandOver, Limits, OpInput, OpOutput, OpTicket};
+pub use device::{DeviceEngine, HandOver, Limits, OpInput, OpOutput, OpTicket, UntrackedOp};
 pub use index::{RebuildPlan, Spillable};
 pub use ledger::{LiveSummary, TensorRole};
 pub use queues::{DeviceQueues, ExclusiveLock, ExclusiveWork, PoolUsage};

@@ -232,24 +232,30 @@ pub struct TapeCounters {
 /// this many steps (the design brief's figure).
 pub const DEFAULT_RESAMPLE_STEPS: u64 = 100;
 
-/// Mixes 64-bit words: the hot path hashes a few words per op, where SipHash's setup costs
-/// more than the work (this is FxHash's step).
 /// An op's signature: its name and its outputs' dtypes and shapes. Two steps of the same
 /// program have the same signature sequence; a dynamic graph or a new shape breaks it. Names
 /// and dtype names are `&'static str`s, so their addresses identify them within the process.
-struct SigBuilder(u64);
+/// Built a few words at a time as the op's outputs are made (the hot path hashes with
+/// [`mix`], FxHash's step, where SipHash's setup would cost more than the work).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct OpSignature(u64);
 
-impl SigBuilder {
-    fn new(name: &'static str) -> Self {
+impl OpSignature {
+    pub(crate) fn new(name: &'static str) -> Self {
         Self(mix(0, name.as_ptr() as u64 ^ (name.len() as u64) << 48))
     }
 
-    fn output(&mut self, t: &TensorView<'_>) {
-        self.0 = mix(self.0, t.dtype.as_ptr() as u64);
-        for &d in t.shape {
+    /// Adds an output of dtype `dtype` (a dtype's static name) and shape `shape`.
+    pub(crate) fn output(&mut self, dtype: &'static str, shape: &[usize]) {
+        self.0 = mix(self.0, dtype.as_ptr() as u64);
+        for &d in shape {
             self.0 = mix(self.0, d as u64);
         }
         self.0 = mix(self.0, u64::MAX);
+    }
+
+    fn output_view(&mut self, t: &TensorView<'_>) {
+        self.output(t.dtype, t.shape);
     }
 
     fn finish(self) -> u64 {
@@ -611,26 +617,27 @@ impl Recorder {
         state.pause_clock_since(entered);
     }
 
-    /// Appends one op whose inputs and time were not collected, because the recorder was only
-    /// verifying when it started ([`is_verifying`](Self::is_verifying)): verifying needs only
-    /// the outputs. If it records in full by now (a step boundary came in between), the op goes
-    /// in without them and this step is not kept as a tape.
-    pub fn record_verified_op<'a>(
+    /// Appends one op whose inputs, outputs and time were not collected, because the recorder
+    /// was only verifying when it started ([`is_verifying`](Self::is_verifying)): verifying
+    /// needs only the op's signature, built as its outputs were made. If it records in full by
+    /// now (a step boundary came in between), the op goes in without its tensors and this step
+    /// is not kept as a tape.
+    pub(crate) fn record_verified_op(
         &self,
         name: &'static str,
-        outputs: impl ExactSizeIterator<Item = TensorView<'a>>,
+        signature: OpSignature,
         resident: [u64; 3],
     ) {
         let (mut guard, thread, main) = self.lock_for_op();
         let state = &mut *guard;
         if state.mode == Mode::Verify {
-            self.verify_op(state, main, name, outputs);
+            self.verify_signature(state, main, signature.finish());
             return;
         }
         state.incomplete = true;
         let op = RawOp {
             name,
-            first_id: 0,
+            first_id: state.buffers.ids.len() as u32,
             inputs: 0,
             outputs: 0,
             start_ns: 0,
@@ -638,7 +645,7 @@ impl Recorder {
             thread,
             resident,
         };
-        self.append_op(state, main, op, std::iter::empty(), outputs);
+        self.push_op(state, main, op, signature.finish());
     }
 
     /// Whether the recorder only verifies signatures now: an op starting now needs to collect
@@ -666,15 +673,19 @@ impl Recorder {
         name: &'static str,
         outputs: impl ExactSizeIterator<Item = TensorView<'a>>,
     ) {
+        let mut sig = OpSignature::new(name);
+        for output in outputs {
+            sig.output_view(&output);
+        }
+        self.verify_signature(state, main, sig.finish());
+    }
+
+    /// Compares the signature of the stepping thread's next op with the recorded step's.
+    fn verify_signature(&self, state: &mut State, main: bool, sig: u64) {
         if !main {
             return;
         }
         // Only the signature: the step is expected to repeat the recorded one.
-        let mut sig = SigBuilder::new(name);
-        for output in outputs {
-            sig.output(&output);
-        }
-        let sig = sig.finish();
         state.stepping_thread_ran_ops = true;
         let at = state.signatures.len();
         if state.diverged_at.is_none() && state.expected.get(at) != Some(&sig) {
@@ -703,9 +714,9 @@ impl Recorder {
             buffers.note_tensor(&input, None);
             buffers.ids.push(input.id);
         }
-        let mut sig = SigBuilder::new(op.name);
+        let mut sig = OpSignature::new(op.name);
         for (i, output) in outputs.enumerate() {
-            sig.output(&output);
+            sig.output_view(&output);
             buffers.note_tensor(
                 &output,
                 Some(Producer {
@@ -715,7 +726,12 @@ impl Recorder {
             );
             buffers.ids.push(output.id);
         }
-        let sig = sig.finish();
+        self.push_op(state, main, op, sig.finish());
+    }
+
+    /// Puts `op`, whose tensors are in the buffers already, with its signature `sig` into the
+    /// step.
+    fn push_op(&self, state: &mut State, main: bool, op: RawOp, sig: u64) {
         if main {
             state.stepping_thread_ran_ops = true;
             state.signatures.push(sig);
@@ -804,11 +820,21 @@ impl Recorder {
 mod tests {
     use super::*;
 
+    /// One dtype name for all of the tests' tensors: signatures identify dtypes by address.
+    static F32: &str = "F32";
+
+    /// The signature of an op `name` with one F32 output of `shape`, as an op scope builds it.
+    fn signature(name: &'static str, shape: &[usize]) -> OpSignature {
+        let mut sig = OpSignature::new(name);
+        sig.output(F32, shape);
+        sig
+    }
+
     fn view(id: TensorId, shape: &[usize]) -> TensorView<'_> {
         TensorView {
             id,
             bytes: shape.iter().product::<usize>() as u64 * 4,
-            dtype: "F32",
+            dtype: F32,
             shape,
             role: TensorRole::Other,
         }
@@ -822,7 +848,7 @@ mod tests {
         rec.boundary(true);
         // An op that began while the recorder verified, recorded once it records in full.
         assert!(!rec.is_verifying());
-        rec.record_verified_op("float_exp", [view(2, &[2, 3])].into_iter(), [0; 3]);
+        rec.record_verified_op("float_exp", signature("float_exp", &[2, 3]), [0; 3]);
         assert!(
             rec.boundary(true).is_none(),
             "an incomplete step is not a tape"
@@ -863,14 +889,14 @@ mod tests {
             rec.is_verifying(),
             "two equal recorded steps make it verify"
         );
-        rec.record_verified_op("float_exp", [view(2, &[2, 3])].into_iter(), [0; 3]);
+        rec.record_verified_op("float_exp", signature("float_exp", &[2, 3]), [0; 3]);
         rec.record_drop(2);
         assert!(rec.lock().buffers.drops.is_empty());
         rec.boundary(true);
         let counters = rec.counters();
         assert_eq!(counters.divergences, 0, "the verified step matched");
         assert!(counters.verifying);
-        rec.record_verified_op("float_log", [view(2, &[2, 3])].into_iter(), [0; 3]);
+        rec.record_verified_op("float_log", signature("float_log", &[2, 3]), [0; 3]);
         rec.boundary(true);
         assert_eq!(rec.counters().divergences, 1, "another op is a divergence");
         assert!(!rec.is_verifying());

@@ -2,7 +2,7 @@
 //! output before `B` runs it, and after it the outputs indexed, the estimate learnt and an op
 //! over the budget reported.
 
-use std::hash::{Hash, Hasher};
+use std::hash::Hasher;
 use std::sync::Weak;
 use std::sync::atomic::Ordering;
 
@@ -70,13 +70,18 @@ pub struct OpTicket {
 }
 
 /// The key output sizes are learnt under: the op, the arguments that decide its output size
-/// (`hint`) and its inputs' sizes in order.
-pub(super) fn op_signature(name: &str, hint: u64, input_bytes: impl Iterator<Item = u64>) -> u64 {
+/// (`hint`) and its inputs' sizes in order. Op names are `&'static str`s, so the name's address
+/// and length identify the op within the process (one word to hash, not one per letter).
+pub(super) fn op_signature(
+    name: &'static str,
+    hint: u64,
+    input_bytes: impl Iterator<Item = u64>,
+) -> u64 {
     let mut hasher = FastHasher::default();
-    name.hash(&mut hasher);
-    hint.hash(&mut hasher);
+    hasher.write_u64(name.as_ptr() as u64 ^ (name.len() as u64) << 48);
+    hasher.write_u64(hint);
     for bytes in input_bytes {
-        bytes.hash(&mut hasher);
+        hasher.write_u64(bytes);
     }
     hasher.finish()
 }

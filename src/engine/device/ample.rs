@@ -32,15 +32,53 @@ struct Listed {
     victim: Weak<dyn Spillable>,
 }
 
-/// The listed tensors, and the length at which the dropped ones are pruned.
+/// The listed tensors: places that a tensor's drop empties again ([`DeviceEngine::unlist`]),
+/// and the empty places that new entries reuse. A dropped tensor takes its entry (and the weak
+/// reference in it) along at once: a weak reference left behind until a later prune would keep
+/// the handle's allocation from being freed, and freeing thousands of them in one prune is
+/// what makes the allocator slow.
 #[derive(Default)]
 struct Made {
-    list: Vec<Listed>,
-    prune_at: usize,
+    places: Vec<Option<Listed>>,
+    empty: Vec<u32>,
 }
 
-/// Entries the list may hold before it is first pruned.
-const FIRST_PRUNE: usize = 1024;
+impl Made {
+    /// Lists `listed` in an empty place; returns the place.
+    fn list(&mut self, listed: Listed) -> u32 {
+        match self.empty.pop() {
+            Some(place) => {
+                self.places[place as usize] = Some(listed);
+                place
+            }
+            None => {
+                self.places.push(Some(listed));
+                u32::try_from(self.places.len() - 1).expect("fewer than 4 billion live tensors")
+            }
+        }
+    }
+
+    /// Empties `place` if `id` is listed there (after a switch to tracking, or a fresh list, the
+    /// place may be gone or hold another tensor).
+    fn unlist(&mut self, place: u32, id: TensorId) {
+        if let Some(slot) = self.places.get_mut(place as usize)
+            && slot.as_ref().is_some_and(|listed| listed.id == id)
+        {
+            *slot = None;
+            self.empty.push(place);
+        }
+    }
+}
+
+/// What an untracked op's end needs of the limits its start read (so that it need not read
+/// them again).
+#[derive(Debug, Clone, Copy)]
+pub struct UntrackedOp {
+    /// Above these device bytes, or with anything off the device, memory is no longer ample.
+    pub(super) settle_floor: u64,
+    /// `Limits::pool_margin`.
+    pub(super) pool_margin: u64,
+}
 
 /// The ample-memory state of one device.
 #[derive(Default)]
@@ -64,15 +102,16 @@ thread_local! {
 
 impl DeviceEngine {
     /// Starts an op untracked when memory is ample (see the module doc), where `input_bytes`
-    /// is the op's first input (0 for an op that creates a tensor from nothing). Returns
-    /// whether it did: the caller then skips `begin_op`/`end_op`, lists the outputs with
-    /// [`note_untracked_output`](Self::note_untracked_output) and calls
-    /// [`end_untracked`](Self::end_untracked) when the op ends. When memory is not ample it
-    /// switches to tracking (once) and returns false.
-    pub fn begin_untracked(&self, input_bytes: u64) -> bool {
+    /// is the op's first input (0 for an op that creates a tensor from nothing). Returns what
+    /// the op's end needs when it did: the caller then skips `begin_op`/`end_op`, lists the
+    /// outputs with [`note_untracked_output`](Self::note_untracked_output) and calls
+    /// [`end_untracked`](Self::end_untracked) and
+    /// [`after_untracked_op`](Self::after_untracked_op) when the op ends. When memory is not
+    /// ample it switches to tracking (once) and returns `None`.
+    pub fn begin_untracked(&self, input_bytes: u64) -> Option<UntrackedOp> {
         let ample = &self.ample;
         if ample.mode.load(Ordering::Relaxed) == TRACKED {
-            return false;
+            return None;
         }
         // Announce the op before reading the mode: a switch that stores its mode before it reads
         // the count sees this op, or this op sees the switch (both sequentially consistent).
@@ -80,10 +119,14 @@ impl DeviceEngine {
         if ample.mode.load(Ordering::SeqCst) != AMPLE {
             ample.in_flight.fetch_sub(1, Ordering::SeqCst);
             self.track_all();
-            return false;
+            return None;
         }
         let limits = self.limits();
-        let fits = limits.budget.is_some_and(|budget| {
+        let op = limits.budget.map(|budget| UntrackedOp {
+            settle_floor: self.settle_floor(&limits, budget),
+            pool_margin: limits.pool_margin,
+        });
+        let fits = op.is_some_and(|op| {
             let estimate = ample
                 .largest_output
                 .load(Ordering::Relaxed)
@@ -92,20 +135,20 @@ impl DeviceEngine {
                 self.off_device(),
                 self.device_committed(),
                 estimate,
-                self.settle_floor(&limits, budget),
+                op.settle_floor,
             )
         });
         if !fits {
             ample.in_flight.fetch_sub(1, Ordering::SeqCst);
             self.track_all();
-            return false;
+            return None;
         }
         HELD_HERE.with(|held| held.set(held.get() + 1));
         if limits.planning() {
             // The step's counters and plan follow the steps as for a tracked op.
             self.step_changed(self.recorder.position().0);
         }
-        true
+        op
     }
 
     /// Ends an op that [`begin_untracked`](Self::begin_untracked) started.
@@ -117,7 +160,13 @@ impl DeviceEngine {
     /// Learns what an untracked op made: `name`, with the size-deciding arguments `hint`, read
     /// inputs of `input_bytes` and made `output_bytes`. Learnt as a tracked op's size is, so
     /// that once ops are tracked their outputs are estimated right from the first tracked step.
-    pub fn learn_untracked(&self, name: &str, hint: u64, input_bytes: &[u64], output_bytes: u64) {
+    pub fn learn_untracked(
+        &self,
+        name: &'static str,
+        hint: u64,
+        input_bytes: &[u64],
+        output_bytes: u64,
+    ) {
         let signature = op_signature(name, hint, input_bytes.iter().copied());
         let mut index = lock(&self.index);
         // Most ops repeat a learnt size: the map is written only when it changes.
@@ -127,33 +176,30 @@ impl DeviceEngine {
     }
 
     /// Notes an output of an untracked op: its size for later estimates and, when it may leave
-    /// the device, its handle for the index (made when tracking starts).
+    /// the device, its handle for the index (made when tracking starts). Returns the place the
+    /// handle is listed at, which its drop gives to [`unlist`](Self::unlist).
     pub fn note_untracked_output(
         &self,
         id: TensorId,
         bytes: u64,
         evictable: bool,
         victim: impl FnOnce() -> Weak<dyn Spillable>,
-    ) {
+    ) -> Option<u32> {
         let largest = &self.ample.largest_output;
         if bytes > largest.load(Ordering::Relaxed) {
             largest.fetch_max(bytes, Ordering::Relaxed);
         }
         if !evictable {
-            return;
+            return None;
         }
-        let mut made = lock(&self.ample.made);
-        made.list.push(Listed {
-            id,
-            bytes,
-            victim: victim(),
-        });
-        if made.list.len() >= made.prune_at.max(FIRST_PRUNE) {
-            // Dropped tensors leave their entries behind: prune once the list doubled, so that
-            // it stays within twice the live tensors at an amortised O(1) a push.
-            made.list.retain(|l| l.victim.strong_count() > 0);
-            made.prune_at = 2 * made.list.len();
-        }
+        let victim = victim();
+        Some(lock(&self.ample.made).list(Listed { id, bytes, victim }))
+    }
+
+    /// Takes tensor `id`, listed at `place` by
+    /// [`note_untracked_output`](Self::note_untracked_output), off the list as it drops.
+    pub fn unlist(&self, place: u32, id: TensorId) {
+        lock(&self.ample.made).unlist(place, id);
     }
 
     /// Whether every tensor made on this device since it was configured is indexed (ops are
@@ -178,9 +224,11 @@ impl DeviceEngine {
         while ample.in_flight.load(Ordering::SeqCst) > mine {
             std::thread::yield_now();
         }
-        let listed = std::mem::take(&mut lock(&ample.made).list);
+        let listed = std::mem::take(&mut *lock(&ample.made));
         let alive: Vec<_> = listed
+            .places
             .into_iter()
+            .flatten()
             .filter_map(|l| l.victim.upgrade().map(|strong| (l, strong)))
             .collect();
         {
@@ -206,13 +254,10 @@ impl DeviceEngine {
 
     /// After `configure`: ops start untracked again while memory is ample, unless bytes are off
     /// the device (their prefetches need tracking), and the largest output is learnt afresh.
-    /// The list is kept (its tensors are still unindexed), less the dropped ones.
+    /// The list is kept: its tensors are still unindexed (the dropped ones took their entries
+    /// along).
     pub(super) fn reset_ample(&self) {
         let switch = lock(&self.ample.switch);
-        let mut made = lock(&self.ample.made);
-        made.list.retain(|l| l.victim.strong_count() > 0);
-        made.prune_at = 2 * made.list.len();
-        drop(made);
         // A configuration learns its own largest output, so that what it does does not depend
         // on what ran on the device before it (until an op makes one, the estimate is its
         // first input, and the check after each op catches a larger output).

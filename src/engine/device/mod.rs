@@ -30,6 +30,7 @@ mod step;
 
 use crate::policy::prefetch::Bench;
 pub use admit::{OpInput, OpOutput, OpTicket};
+pub use ample::UntrackedOp;
 use limits_cell::LimitsCell;
 pub use moves::HandOver;
 use settle::SettleGoal;

@@ -9,6 +9,7 @@ use crate::engine::slot::Tier;
 use crate::engine::transfer::{Job, Lane};
 use crate::policy::handoff::{self, MoveHistory};
 
+use super::ample::UntrackedOp;
 use super::evict::Eviction;
 use super::prefetch::Room;
 use super::{DeviceEngine, Limits, lock};
@@ -42,25 +43,47 @@ impl DeviceEngine {
         let Some(budget) = limits.budget else {
             return;
         };
+        self.watch_pool(limits.pool_margin);
+        if !self.ample_after_op(self.settle_floor(&limits, budget)) {
+            self.after_op_when_tight(&limits);
+        }
+    }
+
+    /// `after_op` for an op that ran untracked, with what its start read of the limits.
+    pub fn after_untracked_op(self: &Arc<Self>, op: UntrackedOp) {
+        self.watch_pool(op.pool_margin);
+        if !self.ample_after_op(op.settle_floor) {
+            self.after_op_when_tight(&self.limits());
+        }
+    }
+
+    /// Returns the inner backend's free pool pages when it holds `margin` more than it uses.
+    fn watch_pool(&self, margin: u64) {
         self.pool.after_op(
             self.ledger.resident(Tier::Device),
             self.ledger.device_arrivals(),
-            limits.pool_margin,
+            margin,
             self.queues(),
         );
-        // Memory ample: nothing off the device to bring back (or to demote), and the device
-        // under every settle point the plan could set. Most ops of a run that fits end here.
+    }
+
+    /// Whether memory is ample after an op: nothing off the device to bring back (or to
+    /// demote), and the device under `settle_floor`, every settle point the plan could set.
+    /// Most ops of a run that fits end here.
+    fn ample_after_op(&self, settle_floor: u64) -> bool {
         let off_device = self.ledger.resident(Tier::Host) + self.ledger.resident(Tier::Disk);
-        if off_device == 0 && self.device_committed() <= self.settle_floor(&limits, budget) {
-            return;
-        }
+        off_device == 0 && self.device_committed() <= settle_floor
+    }
+
+    fn after_op_when_tight(self: &Arc<Self>, limits: &Limits) {
+        let off_device = self.ledger.resident(Tier::Host) + self.ledger.resident(Tier::Disk);
         if off_device == 0 {
             // Only the device is near its budget: settling is a comparison or an eviction (whose
             // time is a stall), not the prefetch scans that cost an op its time.
-            self.settle_after_op(&limits);
+            self.settle_after_op(limits);
         } else {
             self.ledger
-                .engine_work(true, || self.settle_after_op(&limits));
+                .engine_work(true, || self.settle_after_op(limits));
         }
     }
 
