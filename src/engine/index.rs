@@ -377,7 +377,12 @@ impl Index {
         mut visit: impl FnMut(&Resident) -> Option<NextUseMemo>,
     ) {
         for (&id, e) in self.entries.iter_mut() {
-            if e.tier != tier || e.dropped || e.pins > 0 || e.in_flight || tried.contains(&id) {
+            if e.tier != tier
+                || e.dropped
+                || e.pins > 0
+                || e.in_flight
+                || (!tried.is_empty() && tried.contains(&id))
+            {
                 continue;
             }
             let resident = Resident {
@@ -456,7 +461,7 @@ impl Index {
         }
     }
 
-    #[cfg(test)]
+    /// Tensors indexed, in every tier.
     pub fn len(&self) -> usize {
         self.entries.len()
     }
