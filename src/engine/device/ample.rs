@@ -278,3 +278,97 @@ impl DeviceEngine {
             + self.ledger.dropped_now()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+
+    struct Fake;
+
+    impl Spillable for Fake {
+        fn evict(&self, _: &DeviceEngine) -> Option<Tier> {
+            Some(Tier::Host)
+        }
+        fn demote_to_disk(&self, _: &DeviceEngine) -> bool {
+            true
+        }
+        fn prefetch(&self, _: &DeviceEngine) -> bool {
+            true
+        }
+        fn as_any(&self) -> &dyn std::any::Any {
+            self
+        }
+        fn mark_indexed(&self) {}
+    }
+
+    fn listed(id: TensorId, tensor: &Arc<dyn Spillable>) -> Listed {
+        Listed {
+            id,
+            bytes: 8,
+            victim: Arc::downgrade(tensor),
+        }
+    }
+
+    #[test]
+    fn a_dropped_tensor_takes_its_entry_along_and_its_place_is_reused() {
+        let tensor: Arc<dyn Spillable> = Arc::new(Fake);
+        let mut made = Made::default();
+        let first = made.list(listed(1, &tensor));
+        let second = made.list(listed(2, &tensor));
+        assert_ne!(first, second);
+        made.unlist(first, 1);
+        assert!(made.places[first as usize].is_none());
+        assert_eq!(
+            Arc::weak_count(&tensor),
+            1,
+            "the weak reference of the dropped one went with its entry"
+        );
+        assert_eq!(
+            made.list(listed(3, &tensor)),
+            first,
+            "an empty place is reused"
+        );
+        made.unlist(first, 1);
+        assert!(
+            made.places[first as usize]
+                .as_ref()
+                .is_some_and(|l| l.id == 3),
+            "a stale place does not unlist the tensor that has it now"
+        );
+        made.unlist(99, 2);
+        assert_eq!(
+            (made.places.len(), made.empty.len()),
+            (2, 0),
+            "a place past the list changes nothing"
+        );
+    }
+
+    #[test]
+    fn the_switch_to_tracking_indexes_the_listed_tensors_still_alive() {
+        let engine = DeviceEngine::default();
+        let (kept, gone): (Arc<dyn Spillable>, Arc<dyn Spillable>) =
+            (Arc::new(Fake), Arc::new(Fake));
+        let listed_at = |id, tensor: &Arc<dyn Spillable>| {
+            engine.note_untracked_output(id, 8, true, || Arc::downgrade(tensor))
+        };
+        assert!(listed_at(1, &kept).is_some());
+        let gone_at = listed_at(2, &gone).expect("an evictable tensor is listed");
+        assert_eq!(
+            engine.note_untracked_output(3, 8, false, || Arc::downgrade(&kept)),
+            None,
+            "a tensor that cannot leave the device is not listed"
+        );
+        engine.unlist(gone_at, 2);
+        drop(gone);
+        engine.track_all();
+        assert!(engine.tracks_all());
+        assert_eq!(lock(&engine.index).len(), 1, "only the tensor still alive");
+        assert_eq!(
+            lock(&engine.ample.made).places.len(),
+            0,
+            "the list was handed to the index"
+        );
+    }
+}
