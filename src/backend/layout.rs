@@ -62,7 +62,8 @@ fn flex_can_read(tensor: &burn_flex::FlexTensor) -> bool {
     use burn_backend::DType;
     use burn_std::BoolStore;
     let dtype = tensor.dtype();
-    let whole_buffer = tensor.layout().start_offset() == 0
-        && tensor.bytes().len() == tensor.layout().num_elements() * dtype.size();
-    whole_buffer || !matches!(dtype, DType::Flex32 | DType::Bool(BoolStore::U32))
+    // The dtype first: it settles almost every tensor without reading the buffer.
+    !matches!(dtype, DType::Flex32 | DType::Bool(BoolStore::U32))
+        || (tensor.layout().start_offset() == 0
+            && tensor.bytes().len() == tensor.layout().num_elements() * dtype.size())
 }
