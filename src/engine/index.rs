@@ -507,7 +507,7 @@ fn is_current(
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     #[test]
     fn output_sizes_are_learnt_per_signature_and_bounded() {
         let mut index = Index::default();
@@ -536,7 +536,9 @@ mod tests {
 
     use super::*;
 
-    struct Fake;
+    /// A tensor the engine's tests index: it moves and drops nothing.
+    pub(crate) struct Fake;
+
     impl Spillable for Fake {
         fn evict(&self, _: &DeviceEngine) -> Option<Tier> {
             Some(Tier::Host)

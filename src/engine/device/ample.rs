@@ -284,24 +284,7 @@ mod tests {
     use std::sync::Arc;
 
     use super::*;
-
-    struct Fake;
-
-    impl Spillable for Fake {
-        fn evict(&self, _: &DeviceEngine) -> Option<Tier> {
-            Some(Tier::Host)
-        }
-        fn demote_to_disk(&self, _: &DeviceEngine) -> bool {
-            true
-        }
-        fn prefetch(&self, _: &DeviceEngine) -> bool {
-            true
-        }
-        fn as_any(&self) -> &dyn std::any::Any {
-            self
-        }
-        fn mark_indexed(&self) {}
-    }
+    use crate::engine::index::tests::Fake;
 
     fn listed(id: TensorId, tensor: &Arc<dyn Spillable>) -> Listed {
         Listed {
