@@ -75,6 +75,7 @@ impl DeviceEngine {
         off_device == 0 && self.device_committed() <= settle_floor
     }
 
+    /// The rest of `after_op` once memory is not ample: prefetch and settle.
     fn after_op_when_tight(self: &Arc<Self>, limits: &Limits) {
         let off_device = self.ledger.resident(Tier::Host) + self.ledger.resident(Tier::Disk);
         if off_device == 0 {
