@@ -9,6 +9,9 @@
 //! perf report -i perf.data --no-children --sort symbol
 //! ```
 //!
+//! On a shared machine, `scripts/instructions-per-step.sh` (callgrind) compares builds by the
+//! instructions a step executes instead of its time.
+//!
 //! With `add` in place of the model it runs that many 16x16 adds (thousands) on the bare
 //! `SpillBackend<Flex>` instead: a profile of one op's path with nothing else around it
 //! (`step_profile add 1000 2000`: two million adds at a budget that never binds).

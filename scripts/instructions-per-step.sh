@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Instructions one training step executes, counted by callgrind: a measure of the engine's
+# per-op cost that does not depend on how busy the machine is (wall-clock ratios on a shared
+# machine swing by tenths between runs of one binary; these counts agree to about 0.25%).
+#
+#   scripts/instructions-per-step.sh [model] [modes...]
+#   scripts/instructions-per-step.sh transformer plain none 200 30
+#
+# Each mode is a `step_profile` budget (`plain`, `none`, or a percentage of the plain peak).
+# Runs 20 and 60 steps and prints the difference over 40, so that start-up, calibration and the
+# first steps' planning are left out. Divide by the "ops in the last recorded step" that
+# `step_profile` prints for a cost per op. Needs valgrind (`apt-get install -y valgrind`).
+# STEP_PROFILE=path runs another build of the bench (an older commit's, for a comparison).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+model=${1:-transformer}
+shift || true
+modes=("$@")
+[ ${#modes[@]} -gt 0 ] || modes=(plain none 200)
+command -v valgrind >/dev/null || { echo "valgrind is needed: apt-get install -y valgrind" >&2; exit 1; }
+bin=${STEP_PROFILE:-}
+if [ -z "$bin" ]; then
+  cargo bench --bench step_profile --no-run -q 2>/dev/null
+  bin=$(ls -t target/release/deps/step_profile-* | grep -v '\.d$' | head -1)
+fi
+count() {
+  valgrind --tool=callgrind --callgrind-out-file=/dev/null "$bin" "$model" "$1" "$2" 2>&1 \
+    | awk '/Collected/ { gsub(",", "", $4); print $4 }'
+}
+for mode in "${modes[@]}"; do
+  short=$(count "$mode" 20)
+  long=$(count "$mode" 60)
+  echo "$model $mode: $(( (long - short) / 40 )) instructions per step"
+done
