@@ -610,9 +610,11 @@ impl<B: Backend> SpillTensor<B> {
         self.handle.evictable
     }
 
-    /// Records where the engine listed this tensor while memory was ample.
+    /// Records where the engine listed this tensor while memory was ample. A tensor is listed
+    /// once, as a fresh output: its drop empties only the place recorded here.
     pub(crate) fn mark_listed(&self, place: u32) {
-        self.handle.listed_at.store(place, Ordering::Relaxed);
+        let before = self.handle.listed_at.swap(place, Ordering::Relaxed);
+        debug_assert_eq!(before, NOT_LISTED, "tensor {} listed twice", self.id());
     }
 
     /// Records that the engine's index now knows this tensor.
