@@ -23,6 +23,8 @@ pub struct Replay {
     pub bytes_in: u64,
     /// Ops whose own inputs and outputs exceed the budget (they run over it).
     pub over_budget_ops: u64,
+    /// Transfers, both directions (each pays the link's latency).
+    pub moves: u64,
 }
 
 impl Replay {
@@ -122,6 +124,7 @@ pub fn replay_per_op(tape: &StepTape, budget: u64, policy: PolicyKind) -> (Repla
                 away.insert(c.id);
                 on_device -= c.bytes;
                 result.bytes_out += c.bytes;
+                result.moves += 1;
             }
         }
         for id in &inputs {
@@ -129,6 +132,7 @@ pub fn replay_per_op(tape: &StepTape, budget: u64, policy: PolicyKind) -> (Repla
                 on_device += size(id);
                 if away.remove(id) {
                     result.bytes_in += size(id);
+                    result.moves += 1;
                 }
             }
             last_use.insert(*id, i as u64 + 1);
@@ -224,7 +228,8 @@ mod tests {
             Replay {
                 bytes_out: 20,
                 bytes_in: 10,
-                over_budget_ops: 0
+                over_budget_ops: 0,
+                moves: 3
             }
         );
         let lru = replay(&t, 30, PolicyKind::Lru);

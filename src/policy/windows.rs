@@ -9,6 +9,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use super::simulate::Replay;
 use super::victim::Bandwidth;
 use crate::tape::StepTape;
 
@@ -62,6 +63,26 @@ pub fn cut(
         .collect()
 }
 
+/// How busy the link would be over a whole step if every victim were moved: the link time of
+/// the moves a `replay` of the step makes (each move's latency, and the bytes at the link's
+/// rate) over the `compute_seconds` of its ops, at most 1. A move made while the link is idle
+/// overlaps the ops' compute and costs them nothing; one made on a saturated link delays the
+/// moves the ops wait for by all its time; in between, it waits behind the others about as
+/// often as the link is busy. The drop decision reads it ([`crate::policy::recompute`]).
+/// The replay moves what swapping would, so drops do not lower the figure they are decided by.
+pub fn link_utilization(replay: &Replay, compute_seconds: f64, link: Bandwidth) -> f64 {
+    if replay.moves == 0 {
+        return 0.0;
+    }
+    let busy = replay.bytes_moved() as f64 / link.bytes_per_sec
+        + replay.moves as f64 * link.latency.as_secs_f64();
+    if compute_seconds > 0.0 {
+        (busy / compute_seconds).min(1.0)
+    } else {
+        1.0
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -107,6 +128,25 @@ mod tests {
             cut(&t, &[0; 5], 0, link).len() == 5,
             "a window of 0 ops is one op"
         );
+    }
+
+    #[test]
+    fn link_utilization_counts_latency_and_bytes_against_compute() {
+        // 1 GB/s and 1 us a move: 2 moves of 500 bytes take 1 us of bytes and 2 of latency.
+        let link = Bandwidth {
+            bytes_per_sec: 1e9,
+            latency: std::time::Duration::from_micros(1),
+        };
+        let replay = Replay {
+            bytes_out: 500,
+            bytes_in: 500,
+            over_budget_ops: 0,
+            moves: 2,
+        };
+        assert!((link_utilization(&replay, 12e-6, link) - 0.25).abs() < 1e-12);
+        assert_eq!(link_utilization(&replay, 1e-6, link), 1.0, "saturated");
+        assert_eq!(link_utilization(&Replay::default(), 1e-6, link), 0.0);
+        assert_eq!(link_utilization(&replay, 0.0, link), 1.0);
     }
 
     /// The troubleshooting guide's "host bandwidth saturated": a burst of moves before one op
