@@ -16,7 +16,7 @@ use burn_backend::Backend;
 use smallvec::SmallVec;
 
 use super::tensor::{Handle, Primitive, SpillTensor};
-use crate::engine::{RebuildPlan, Residency};
+use crate::engine::{RebuildPlan, Residency, Tier};
 use crate::plan::cost::{self, MatrixDtype, TensorView};
 use crate::policy::recompute::Rebuild;
 
@@ -123,11 +123,18 @@ impl<B: Backend> Handle<B> {
         let ids: SmallVec<[_; 3]> = inputs.iter().map(|i| i.id()).collect();
         let views: SmallVec<[TensorView; 3]> = inputs.iter().map(|i| i.cost_view()).collect();
         let cost = cost::cost_of(recipe.op, &views, &[self.cost_view()]);
+        let first_of_each = |k: &usize| !ids[..*k].contains(&ids[*k]);
         let input_bytes = views
             .iter()
             .enumerate()
-            .filter(|(k, v)| !ids[..*k].contains(&v.id))
+            .filter(|(k, _)| first_of_each(k))
             .map(|(_, v)| v.bytes)
+            .sum();
+        let inputs_off_device = inputs
+            .iter()
+            .enumerate()
+            .filter(|(k, input)| first_of_each(k) && leaves_or_left_the_device(input))
+            .map(|(_, input)| input.bytes)
             .sum();
         drop(views);
         drop(inputs);
@@ -137,6 +144,7 @@ impl<B: Backend> Handle<B> {
             rebuild: Rebuild {
                 op_time: Duration::from_nanos(recipe.op_nanos.load(Ordering::Relaxed)),
                 depth,
+                inputs_off_device,
             },
             cost,
         })
@@ -286,6 +294,15 @@ impl<B: Backend> Handle<B> {
 
 /// How many dropped tensors a recipe with these inputs depends on: one more than the deepest
 /// dropped input's chain, 0 when none is dropped.
+/// Whether `input`'s bytes are in the host tier or on disk, or being copied there: a rebuild
+/// now would have to bring them back first.
+fn leaves_or_left_the_device<B: Backend>(input: &Handle<B>) -> bool {
+    matches!(
+        *input.slot().lock(),
+        Residency::Host { .. } | Residency::Disk(_) | Residency::InFlight { from: Tier::Device }
+    )
+}
+
 fn chain_depth<B: Backend>(inputs: &[Arc<Handle<B>>]) -> u32 {
     inputs
         .iter()

@@ -41,8 +41,9 @@ use crate::policy::PolicyKind;
 use crate::policy::handoff::{self, MoveHistory};
 use crate::policy::plan::{KeyAt, NextUse, PlanKey, UsePlan, keys_and_uses, positions_of};
 use crate::policy::prefetch as decide;
-use crate::policy::recompute::{self, Rebuild, RecomputeMode, Victim};
+use crate::policy::recompute::{self, OnOpThread, Rebuild, RecomputeMode, Victim};
 use crate::policy::victim::{self, Bandwidth, Candidate};
+use crate::policy::windows;
 use crate::tape::StepTape;
 
 use super::carry;
@@ -206,6 +207,9 @@ struct Sim<'a> {
     recipes: HashMap<TensorId, usize>,
     /// Per dropped tensor: how many dropped tensors its recipe depended on when dropped.
     drop_depth: HashMap<TensorId, u32>,
+    /// How busy the link would be if every victim were moved, as the engine's step check
+    /// finds it (what the drop decision weighs a move's link time by).
+    link_utilization: f64,
     out: Simulated,
 }
 
@@ -219,6 +223,7 @@ pub(crate) fn simulate(
 ) -> Simulated {
     let pairs = carry::pairs(tape);
     let plan = carry::repeating_plan(tape, &pairs);
+    let link_utilization = link_utilization(tape, profile, op_seconds, settings);
     let mut learnt = Learnt::default();
     let mut start = Start::default();
     let mut result = Simulated::default();
@@ -227,6 +232,7 @@ pub(crate) fn simulate(
     // The last of a few is the steady state reported.
     for _ in 0..STEADY_STATE_RUNS {
         let mut sim = Sim::new(tape, profile, &plan, op_seconds, gaps, settings, learnt);
+        sim.link_utilization = link_utilization;
         sim.run(&start);
         learnt = sim.learnt.clone();
         learnt.step += 1;
@@ -234,6 +240,26 @@ pub(crate) fn simulate(
         result = sim.finish();
     }
     result
+}
+
+/// The engine's step check (`check_windows`) on the profile: how busy the link would be if
+/// the moves of an offline replay of the step under the budget were all made, against the
+/// ops' modelled compute. Only the drop decision reads it.
+fn link_utilization(
+    tape: &StepTape,
+    profile: &DeviceProfile,
+    op_seconds: &[f64],
+    settings: Settings,
+) -> f64 {
+    if settings.recompute != RecomputeMode::Both || settings.budget == u64::MAX {
+        return 0.0;
+    }
+    let replay = crate::policy::simulate::replay(tape, settings.budget, settings.policy);
+    let link = Bandwidth {
+        bytes_per_sec: profile.host_to_device_gb_per_s * 1e9,
+        latency: std::time::Duration::from_secs_f64(profile.transfer_latency_us * 1e-6),
+    };
+    windows::link_utilization(&replay, op_seconds.iter().sum(), link)
 }
 
 /// The tensors made by pure ops (whose outputs keep a recipe in the engine), with the index
@@ -317,6 +343,7 @@ impl<'a> Sim<'a> {
                 HashMap::new()
             },
             drop_depth: HashMap::new(),
+            link_utilization: 0.0,
             out: Simulated::default(),
         }
     }
@@ -672,17 +699,19 @@ impl<'a> Sim<'a> {
         )
     }
 
-    /// Evicts until the device less what is leaving is at most `target`; returns when the
-    /// last eviction's bytes are freed (`after` when nothing needed to go).
+    /// Evicts from now on until the device less what is leaving is at most `target`; returns
+    /// when the last eviction's bytes are freed (now when nothing needed to go). `waited_for`:
+    /// the op's thread waits for these evictions (what a drop saves the ops).
     fn evict_down_to(
         &mut self,
         target: u64,
-        after: f64,
         op: usize,
         now: u32,
         pinned: &HashSet<TensorId>,
         beyond: Option<u32>,
+        waited_for: bool,
     ) -> f64 {
+        let after = self.clock;
         let mut freed_at = after;
         let staying = self.device - self.leaving;
         if staying <= target {
@@ -692,7 +721,7 @@ impl<'a> Sim<'a> {
             if self.device - self.leaving <= target {
                 break;
             }
-            if self.try_drop(id, now) {
+            if self.try_drop(id, now, waited_for) {
                 continue;
             }
             freed_at = freed_at.max(self.evict(id, after, op));
@@ -704,7 +733,7 @@ impl<'a> Sim<'a> {
     /// recipe, the memory rule holds (its next use is in this step and every input of the
     /// recipe is read at or after it) and the policy prefers a rebuild to a move. A dropped
     /// tensor's bytes are free at once.
-    fn try_drop(&mut self, id: TensorId, now: u32) -> bool {
+    fn try_drop(&mut self, id: TensorId, now: u32, waited_for: bool) -> bool {
         let Some(&producer) = self.recipes.get(&id) else {
             return false;
         };
@@ -725,14 +754,23 @@ impl<'a> Sim<'a> {
             return false;
         }
         let mut depth = 0;
-        for input in inputs {
-            let alive = self.place.contains_key(input)
-                && matches!(self.next_use(*input, rebuilt_at), NextUse::In(_));
+        let mut inputs_off_device = 0;
+        for (k, input) in inputs.iter().enumerate() {
+            let place = self.place.get(input);
+            let alive =
+                place.is_some() && matches!(self.next_use(*input, rebuilt_at), NextUse::In(_));
             if !alive {
                 return false;
             }
             if let Some(d) = self.drop_depth.get(input) {
                 depth = depth.max(d + 1);
+            }
+            let off = matches!(
+                place,
+                Some(Place::Host | Place::Disk | Place::Leaving { .. })
+            );
+            if off && !inputs[..k].contains(input) {
+                inputs_off_device += self.size(*input);
             }
         }
         let evict = Bandwidth {
@@ -744,16 +782,28 @@ impl<'a> Sim<'a> {
             ..evict
         };
         let bytes = self.size(id);
+        let on_op_thread = OnOpThread {
+            evict: waited_for,
+            restore: !self.settings.asynchronous
+                || self.runs_here(self.learnt.moves.to_device, bytes),
+        };
+        let (evict_exposure, restore_exposure) = recompute::move_exposures(
+            self.link_utilization,
+            on_op_thread,
+            distance,
+            self.settings.prefetch_window,
+        );
         let victim = Victim {
             bytes,
             evict,
             restore,
-            restore_hidden: self.settings.prefetch_window > 0
-                && distance > self.settings.prefetch_window,
+            evict_exposure,
+            restore_exposure,
         };
         let rebuild = Rebuild {
             op_time: duration(self.op_seconds[producer]),
             depth,
+            inputs_off_device,
         };
         if !recompute::prefer_recompute(self.settings.recompute, &victim, &rebuild) {
             return false;
@@ -862,8 +912,7 @@ impl<'a> Sim<'a> {
         if self.device + need > budget {
             // Room first, on the op's thread: the op waits for the copies to leave.
             let target = budget.saturating_sub(need);
-            let evicted =
-                self.evict_down_to(target, self.clock, i, self.positions[i], &pinned, None);
+            let evicted = self.evict_down_to(target, i, self.positions[i], &pinned, None, true);
             let left = self.left_down_to(target);
             room_at = if left.is_finite() { left } else { evicted }.max(self.clock);
             ready = ready.max(room_at);
@@ -1029,9 +1078,9 @@ impl<'a> Sim<'a> {
             let lowest = room.map_or(target, |(level, _)| level.min(target));
             let history = self.learnt.moves.to_host;
             let here = !asynchronous || self.runs_here(history, committed.saturating_sub(lowest));
-            let mut done = self.evict_down_to(target, self.clock, i, now, &none, None);
+            let mut done = self.evict_down_to(target, i, now, &none, None, here);
             if let Some((level, beyond)) = room {
-                done = done.max(self.evict_down_to(level, self.clock, i, now, &none, Some(beyond)));
+                done = done.max(self.evict_down_to(level, i, now, &none, Some(beyond), here));
             }
             if here {
                 here_done = here_done.max(done);

@@ -11,6 +11,12 @@
 //! tensor holds its inputs until it is rebuilt or dropped itself (so a plan that was wrong costs
 //! memory, never data), and chains of dropped tensors are at most [`MAX_REBUILD_DEPTH`] deep when
 //! each is dropped.
+//!
+//! The rule for time ([`RecomputeMode::Both`]): what either choice costs the ops, not the
+//! device. A rebuild runs on their stream; a move runs on the link, and costs them only the
+//! link time they wait for: all of a copy made on the op's thread, and of a copy a worker makes
+//! behind them the share the link is busy ([`move_exposures`]). On an idle link moving is free
+//! and wins; on a busy one an elementwise rebuild, a few HBM passes, wins.
 
 use std::fmt;
 use std::str::FromStr;
@@ -33,7 +39,8 @@ pub enum RecomputeMode {
     /// Drop every victim that has a recipe whose inputs stay alive, whatever the cost (as DTR
     /// does); the others are moved.
     Recompute,
-    /// Per victim, whichever is cheaper: moving its bytes out and back, or rebuilding it.
+    /// Per victim, whichever costs the ops less time: the link time of moving its bytes out
+    /// and back that they wait for (see [`move_exposures`]), or rebuilding it.
     Both,
 }
 
@@ -133,6 +140,10 @@ pub struct Rebuild {
     pub op_time: Duration,
     /// How many dropped tensors its inputs already depend on, itself not counted.
     pub depth: u32,
+    /// Bytes of the recipe's inputs that are off the device now (in the host tier, on disk, or
+    /// leaving): the rebuild brings them back when the op that needs it comes, which no
+    /// prefetch plans for, so the op waits for them.
+    pub inputs_off_device: u64,
 }
 
 /// Where the op time of a rebuild comes from when [`RecomputeMode::Both`] weighs it.
@@ -167,9 +178,46 @@ pub struct Victim {
     pub evict: Bandwidth,
     /// Bringing them back, as measured.
     pub restore: Bandwidth,
-    /// Whether a prefetch will bring it back before its op needs it (its next use is known and
-    /// beyond the prefetch window), so that the restore costs the op nothing.
-    pub restore_hidden: bool,
+    /// The share of the eviction's link time the ops pay for: all of it when it is made on
+    /// the op's thread (room for the op about to run, a synchronous engine, or a copy cheaper
+    /// there than a worker's), otherwise the link's utilization (see [`move_exposures`]).
+    pub evict_exposure: f64,
+    /// The same for bringing it back: all of it when no prefetch brings it ahead of its use
+    /// (its next use is unknown or within the prefetch window) or the prefetch runs on the
+    /// op's thread, otherwise the link's utilization.
+    pub restore_exposure: f64,
+}
+
+/// Whether the op's thread waits for each of a victim's two copies: the eviction being made
+/// now, and the restore a prefetch would make (a synchronous engine makes both there; an
+/// asynchronous one makes a copy there when it is cheaper than waking a worker).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OnOpThread {
+    /// The eviction.
+    pub evict: bool,
+    /// The restore.
+    pub restore: bool,
+}
+
+/// The shares of a victim's eviction and restore link times that the ops pay for (see
+/// [`Victim`]): for copies made where `on_op_thread` says, of a tensor next used `distance`
+/// ops later, with a prefetch window of `prefetch_window` ops, on a link busy for
+/// `link_utilization` of the step (see
+/// [`link_utilization`](crate::policy::windows::link_utilization)).
+pub fn move_exposures(
+    link_utilization: f64,
+    on_op_thread: OnOpThread,
+    distance: u32,
+    prefetch_window: u32,
+) -> (f64, f64) {
+    let behind_the_ops = |on_op_thread: bool| if on_op_thread { 1.0 } else { link_utilization };
+    let prefetched = prefetch_window > 0 && distance > prefetch_window;
+    let restore = if prefetched {
+        behind_the_ops(on_op_thread.restore)
+    } else {
+        1.0
+    };
+    (behind_the_ops(on_op_thread.evict), restore)
 }
 
 /// Whether to drop `victim` (to be rebuilt by `rebuild`) rather than move it. The caller has
@@ -182,18 +230,30 @@ pub fn prefer_recompute(mode: RecomputeMode, victim: &Victim, rebuild: &Rebuild)
         RecomputeMode::Swap => false,
         RecomputeMode::Recompute => true,
         RecomputeMode::Both => {
-            let restore = if victim.restore_hidden {
-                0.0
-            } else {
-                victim.restore.seconds(victim.bytes)
-            };
-            let transfer = victim.evict.seconds(victim.bytes) + restore;
-            // A deeper chain may have to rebuild its dropped inputs too: each counts as one
-            // more op of about this one's cost (DTR's neighbourhood, bounded by the depth).
-            let recompute = rebuild.op_time.as_secs_f64() * f64::from(rebuild.depth + 1);
-            recompute < transfer
+            exposed_rebuild_seconds(victim, rebuild) < exposed_move_seconds(victim)
         }
     }
+}
+
+/// The time a move of `victim` out and back costs the ops: the share of each copy's link time
+/// that does not overlap their compute.
+pub fn exposed_move_seconds(victim: &Victim) -> f64 {
+    victim.evict.seconds(victim.bytes) * victim.evict_exposure
+        + victim.restore.seconds(victim.bytes) * victim.restore_exposure
+}
+
+/// The time a rebuild costs the ops: it runs on the ops' stream, before the op that needs it,
+/// after its inputs that are off the device now are brought back on demand.
+pub fn exposed_rebuild_seconds(victim: &Victim, rebuild: &Rebuild) -> f64 {
+    // A deeper chain may have to rebuild its dropped inputs too: each counts as one more op of
+    // about this one's cost (DTR's neighbourhood, bounded by the depth).
+    let ops = rebuild.op_time.as_secs_f64() * f64::from(rebuild.depth + 1);
+    let inputs = if rebuild.inputs_off_device > 0 {
+        victim.restore.seconds(rebuild.inputs_off_device)
+    } else {
+        0.0
+    };
+    ops + inputs
 }
 
 #[cfg(test)]
@@ -209,7 +269,8 @@ mod tests {
             bytes,
             evict: link,
             restore: link,
-            restore_hidden: hidden,
+            evict_exposure: 1.0,
+            restore_exposure: if hidden { 0.0 } else { 1.0 },
         }
     }
 
@@ -217,6 +278,7 @@ mod tests {
         Rebuild {
             op_time: Duration::from_micros(micros),
             depth,
+            inputs_off_device: 0,
         }
     }
 
@@ -297,6 +359,55 @@ mod tests {
         ));
     }
 
+    #[test]
+    fn a_copy_behind_the_ops_costs_them_the_link_s_busy_share_and_one_on_their_thread_all() {
+        let worker = OnOpThread {
+            evict: false,
+            restore: false,
+        };
+        // Next used 10 ops on, beyond a window of 4: a prefetch brings it back.
+        assert_eq!(move_exposures(0.25, worker, 10, 4), (0.25, 0.25));
+        let here = OnOpThread {
+            evict: true,
+            restore: true,
+        };
+        assert_eq!(move_exposures(0.25, here, 10, 4), (1.0, 1.0));
+        // Within the window, or with no prefetching, the op waits for its restore.
+        assert_eq!(move_exposures(0.25, worker, 3, 4), (0.25, 1.0));
+        assert_eq!(move_exposures(0.25, worker, 10, 0), (0.25, 1.0));
+    }
+
+    #[test]
+    fn both_moves_on_an_idle_link_drops_on_a_busy_one_and_counts_inputs_to_bring_back() {
+        let at = |exposure: f64| Victim {
+            evict_exposure: exposure,
+            restore_exposure: exposure,
+            ..victim(1_000_000, false)
+        };
+        // 1 MB at 1 GB/s plus 10 us: 1.01 ms each way, against a 100 us rebuild.
+        let decide = |victim: &Victim, rebuild: &Rebuild| {
+            prefer_recompute(RecomputeMode::Both, victim, rebuild)
+        };
+        assert!(
+            !decide(&at(0.01), &rebuild(100, 0)),
+            "20 us of exposed link time"
+        );
+        assert!(
+            decide(&at(0.5), &rebuild(100, 0)),
+            "1.01 ms of exposed link time"
+        );
+        let input_away = Rebuild {
+            inputs_off_device: 1_000_000,
+            ..rebuild(100, 0)
+        };
+        assert!(
+            (exposed_rebuild_seconds(&at(0.5), &input_away) - 1.11e-3).abs() < 1e-9,
+            "the rebuild waits for its input's 1.01 ms restore"
+        );
+        assert!(!decide(&at(0.5), &input_away));
+        assert!(decide(&at(1.0), &input_away), "2.02 ms on a saturated link");
+    }
+
     /// On an asynchronous backend the measured time is a dispatch time: a slow host's 3 ms
     /// for a 1 MB add says nothing of its kernel, which on an H200 reads and writes 3 MB in
     /// under 4 us (plus its launch), far below the 2 ms round trip over a 1 GB/s link.
@@ -325,8 +436,16 @@ mod tests {
             "{modelled:?}"
         );
         let mb = victim(1_000_000, false);
-        let decide =
-            |op_time| prefer_recompute(RecomputeMode::Both, &mb, &Rebuild { op_time, depth: 0 });
+        let decide = |op_time| {
+            prefer_recompute(
+                RecomputeMode::Both,
+                &mb,
+                &Rebuild {
+                    op_time,
+                    ..rebuild(0, 0)
+                },
+            )
+        };
         assert!(
             !decide(dispatch),
             "the dispatch time makes a move look cheaper"

@@ -149,6 +149,9 @@ pub struct DeviceEngine {
     steps: Mutex<StepCounters>,
     /// The plan's time windows: how many, and how many are saturated.
     windows: Mutex<(u32, u32)>,
+    /// How busy the link would be over the last checked step if every victim were moved (an
+    /// `f64`'s bits): what the drop decision weighs a move's link time by.
+    link_utilization: AtomicU64,
     /// The inner backend's device queues, installed by the adapter on first use.
     queues: OnceLock<Arc<dyn DeviceQueues>>,
     /// The inner allocator's figures and cleanups.

@@ -2,12 +2,14 @@
 //! plan, the policy's decision asked, the adapter told to drop.
 
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 
 use crate::engine::index::{Candidate, RebuildPlan};
 use crate::engine::ledger::Direction;
 use crate::engine::slot::Tier;
+use crate::engine::transfer::on_worker;
 use crate::policy::plan::{NextUse, UsePlan};
-use crate::policy::recompute::{self, Rebuild, RebuildTimes, RecomputeMode, Victim};
+use crate::policy::recompute::{self, OnOpThread, Rebuild, RebuildTimes, RecomputeMode, Victim};
 use crate::policy::victim::Bandwidth;
 
 use super::{DeviceEngine, Limits, lock};
@@ -22,6 +24,8 @@ pub(super) struct DropContext {
     prefetch_window: u32,
     evict: Bandwidth,
     restore: Bandwidth,
+    link_utilization: f64,
+    asynchronous: bool,
     times: RebuildTimes,
 }
 
@@ -31,9 +35,7 @@ impl DeviceEngine {
     pub(super) fn drop_context(&self, limits: &Limits) -> Option<DropContext> {
         // The memory rule reads the plan at the step's position, which a marked step counts
         // (outside one, found by the period detector, the position is not kept per op).
-        let marked = self
-            .in_marked_step
-            .load(std::sync::atomic::Ordering::Relaxed);
+        let marked = self.in_marked_step.load(Ordering::Relaxed);
         if !limits.recompute.may_drop() || !limits.planning() || !marked {
             return None;
         }
@@ -49,6 +51,8 @@ impl DeviceEngine {
             prefetch_window: limits.prefetch_window,
             evict: Bandwidth::measured(moves.bytes, moves.time, Bandwidth::HOST_DEFAULT),
             restore: self.restore_bandwidth(Tier::Device),
+            link_utilization: f64::from_bits(self.link_utilization.load(Ordering::Relaxed)),
+            asynchronous: limits.asynchronous,
             times: limits.rebuild_times,
         })
     }
@@ -63,11 +67,24 @@ impl DeviceEngine {
         let Some(next_use) = self.next_use_if_inputs_outlive_it(candidate, &recipe, context) else {
             return false;
         };
+        // A worker's copy runs behind the ops; on the op's thread, the op waits for it.
+        let on_op_thread = OnOpThread {
+            evict: !on_worker(),
+            restore: !context.asynchronous
+                || self.cheaper_here(Direction::HostToDevice, candidate.bytes),
+        };
+        let (evict_exposure, restore_exposure) = recompute::move_exposures(
+            context.link_utilization,
+            on_op_thread,
+            next_use,
+            context.prefetch_window,
+        );
         let victim = Victim {
             bytes: candidate.bytes,
             evict: context.evict,
             restore: context.restore,
-            restore_hidden: context.prefetch_window > 0 && next_use > context.prefetch_window,
+            evict_exposure,
+            restore_exposure,
         };
         let rebuild = Rebuild {
             op_time: context.times.op_time(recipe.rebuild.op_time, &recipe.cost),

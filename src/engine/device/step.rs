@@ -190,7 +190,8 @@ impl DeviceEngine {
     /// Replays the recorded step with the policy in force under the budget (with a plan the
     /// engine keeps only the headroom the next ops need), and checks each window of
     /// `prefetch_window` ops against the measured host link: a window whose planned moves exceed
-    /// bandwidth x compute time is saturated (logged, and counted in the step stats).
+    /// bandwidth x compute time is saturated (logged, and counted in the step stats). The
+    /// whole step's figure is the link's utilization the drop decision reads.
     pub(super) fn check_windows(&self, tape: &crate::tape::StepTape) {
         let limits = self.limits();
         let capacity = limits.budget.unwrap_or(limits.high_water);
@@ -208,6 +209,14 @@ impl DeviceEngine {
                 "the planned moves exceed the measured bandwidth in some windows; expect stalls");
         }
         *lock(&self.windows) = (windows.len() as u32, saturated);
+        let compute_seconds = tape.ops.iter().map(|op| op.duration_ns as f64 * 1e-9).sum();
+        let utilization = crate::policy::windows::link_utilization(
+            &replay,
+            compute_seconds,
+            self.restore_bandwidth(Tier::Device),
+        );
+        self.link_utilization
+            .store(utilization.to_bits(), Ordering::Relaxed);
     }
 
     /// What the last finished step did (needs a tape-driven policy or prefetch, which track
