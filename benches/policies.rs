@@ -6,6 +6,7 @@
 //! ```text
 //! cargo bench --bench policies            # about a minute on two cores
 //! cargo bench --bench policies -- --test  # smoke run: one round per configuration
+//! POLICIES_SAVE_TAPES=target/plan cargo bench --bench policies  # also saves the two steps
 //! ```
 //!
 //! How it measures:
@@ -432,6 +433,16 @@ fn main() {
     recompute_rows.extend(recompute_rows_for::<TinyGpt<Spilled>>(rounds));
     let gpt_tape = Spill::last_step(&device).expect("the Transformer's step was recorded");
     Spill::configure(&device, SpillConfig::default()).unwrap();
+    if let Some(dir) = std::env::var_os("POLICIES_SAVE_TAPES") {
+        // The recorded steps the predicted table comes from, for the `plan` example.
+        let dir = std::path::PathBuf::from(dir);
+        std::fs::create_dir_all(&dir).expect("the tape directory can be made");
+        for (name, tape) in [("cnn", &cnn_tape), ("transformer", &gpt_tape)] {
+            let path = dir.join(format!("{name}.json"));
+            std::fs::write(&path, burn_spill::tape::to_json(tape))
+                .unwrap_or_else(|e| panic!("writing {}: {e}", path.display()));
+        }
+    }
     print_summary(&rows);
     print_recompute_summary(&recompute_rows);
     println!();
