@@ -69,6 +69,32 @@ pub(super) fn probe(device: &dyn Any) -> Option<Box<dyn PoolProbe>> {
     None
 }
 
+/// Has burn-fusion run the ops queued on the calling thread's stream, if `primitive` is a fused
+/// CubeCL tensor: their kernels are launched (not waited for), so the next op registered there
+/// starts a kernel of its own. Returns whether it was one.
+pub(super) fn run_queued_fused_ops(primitive: &dyn Any) -> bool {
+    #[cfg(all(feature = "fusion", feature = "wgpu"))]
+    if let Some(t) =
+        primitive.downcast_ref::<burn_fusion::FusionTensor<
+            burn_cubecl::fusion::FusionCubeRuntime<cubecl::wgpu::WgpuRuntime>,
+        >>()
+    {
+        t.client.sync(|| ());
+        return true;
+    }
+    #[cfg(all(feature = "fusion", feature = "cuda"))]
+    if let Some(t) =
+        primitive.downcast_ref::<burn_fusion::FusionTensor<
+            burn_cubecl::fusion::FusionCubeRuntime<cubecl::cuda::CudaRuntime>,
+        >>()
+    {
+        t.client.sync(|| ());
+        return true;
+    }
+    let _ = primitive;
+    false
+}
+
 /// Whether `primitive` is a CubeCL tensor with contiguous strides; `None` when it is not a
 /// CubeCL tensor (a fused one's layout is decided lazily and cannot be read).
 pub(super) fn is_contiguous(primitive: &dyn Any) -> Option<bool> {

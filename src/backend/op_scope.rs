@@ -23,6 +23,7 @@ use crate::engine::{
     DeviceEngine, OpInput, OpOutput, OpTicket, TensorId, TensorRole, Tier, UntrackedOp, engine_for,
 };
 use crate::fast_hash::FastHasher;
+use crate::policy::recompute;
 use crate::tape::TensorView;
 use crate::tape::recorder::OpSignature;
 
@@ -186,7 +187,7 @@ impl<B: Backend> OpScope<B> {
     /// it again.
     pub(crate) fn recomputable(name: &'static str) -> Self {
         debug_assert!(
-            crate::policy::recompute::is_recomputable(name),
+            recompute::is_recomputable(name),
             "`{name}` is marked #[recompute] but not in RECOMPUTABLE_OPS"
         );
         let mut scope = Self::new(name);
@@ -283,11 +284,15 @@ impl<B: Backend> OpScope<B> {
     }
 
     /// Notes a tensor argument of a pure op for its output's recipe, once the device may drop
-    /// victims (otherwise the op keeps no recipe, and this costs one check per op).
+    /// victims and a rebuild on it gives the first run's bits (otherwise the op keeps no
+    /// recipe, and this costs one check per op).
     fn recipe_input(&mut self, tensor: &SpillTensor<B>) {
         if self.recipe_inputs.is_none() {
             let engine = tensor.engine();
-            if !(engine.is_tracking() && engine.limits().recompute.may_drop()) {
+            let keeps = engine.is_tracking()
+                && engine.limits().recompute.may_drop()
+                && recompute::rebuilds_exactly(self.name, engine.queues().fuses_ops());
+            if !keeps {
                 self.recomputable = false;
                 return;
             }

@@ -34,6 +34,8 @@ pub(crate) struct StreamQueues {
     probe: Option<Box<dyn PoolProbe>>,
     /// For lazy (fused) backends, see [`DeviceQueues::exclusive`].
     exclusive: Option<ExclusiveLock>,
+    /// See [`DeviceQueues::fuses_ops`].
+    fuses_ops: bool,
 }
 
 impl StreamQueues {
@@ -91,6 +93,10 @@ impl DeviceQueues for StreamQueues {
     fn exclusive(&self) -> Option<ExclusiveWork> {
         self.exclusive.as_ref().map(ExclusiveLock::lock)
     }
+
+    fn fuses_ops(&self) -> bool {
+        self.fuses_ops
+    }
 }
 
 /// The engine of `device`, with its queues installed.
@@ -101,6 +107,7 @@ pub(crate) fn engine_with_queues<B: Backend>(device: &B::Device) -> Arc<DeviceEn
             seen: Mutex::new(SmallVec::new()),
             probe: probe_for(device),
             exclusive: decides_lazily::<B>(device).then(ExclusiveLock::default),
+            fuses_ops: decides_lazily::<B>(device),
         })
     });
     engine
@@ -108,6 +115,7 @@ pub(crate) fn engine_with_queues<B: Backend>(device: &B::Device) -> Arc<DeviceEn
 
 /// Whether `B` decides from clone counts, when an op is registered, whether the op may consume
 /// its inputs' buffers: burn-fusion does (`FusionTensor::into_ir`), and names itself `fusion<..>`.
+/// It is also what runs several ops in one kernel.
 fn decides_lazily<B: Backend>(device: &B::Device) -> bool {
     B::name(device).starts_with("fusion<")
 }

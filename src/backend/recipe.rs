@@ -264,6 +264,7 @@ impl<B: Backend> Handle<B> {
             primitives: primitives.into_iter(),
         });
         let took = start.elapsed();
+        run_alone(&rebuilt);
         drop(exclusive);
         self.check_rebuilt(&rebuilt, recipe.op);
         let mut state = self.slot().lock();
@@ -292,8 +293,17 @@ impl<B: Backend> Handle<B> {
     }
 }
 
-/// How many dropped tensors a recipe with these inputs depends on: one more than the deepest
-/// dropped input's chain, 0 when none is dropped.
+/// Runs a fused backend's queued ops, the rebuild's last among them, before the op that reads
+/// the rebuilt tensor is registered: in one kernel with that op, the shader compiler could
+/// optimise across the two (see [`rebuilds_exactly`](crate::policy::recompute::rebuilds_exactly)).
+fn run_alone<B: Backend>(rebuilt: &Primitive<B>) {
+    #[cfg(any(feature = "wgpu", feature = "cuda"))]
+    if let Primitive::Float(p) = rebuilt {
+        super::cubecl::run_queued_fused_ops(p);
+    }
+    let _ = rebuilt;
+}
+
 /// Whether `input`'s bytes are in the host tier or on disk, or being copied there: a rebuild
 /// now would have to bring them back first.
 fn leaves_or_left_the_device<B: Backend>(input: &Handle<B>) -> bool {
@@ -303,6 +313,8 @@ fn leaves_or_left_the_device<B: Backend>(input: &Handle<B>) -> bool {
     )
 }
 
+/// How many dropped tensors a recipe with these inputs depends on: one more than the deepest
+/// dropped input's chain, 0 when none is dropped.
 fn chain_depth<B: Backend>(inputs: &[Arc<Handle<B>>]) -> u32 {
     inputs
         .iter()

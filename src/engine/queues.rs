@@ -62,6 +62,10 @@ pub trait DeviceQueues: Send + Sync {
     /// thread's count check and the registration that relies on it never interleave with
     /// another thread's. `None` for backends that need no such lock.
     fn exclusive(&self) -> Option<ExclusiveWork>;
+    /// Whether the backend may run several ops in one kernel (burn-fusion), where the shader
+    /// compiler optimises across them: what an op computes may then depend on the ops beside
+    /// it (see [`rebuilds_exactly`](crate::policy::recompute::rebuilds_exactly)).
+    fn fuses_ops(&self) -> bool;
 }
 
 /// A backend with one queue and no pool figures (the engine's unit tests, CPU backends before
@@ -92,5 +96,9 @@ impl DeviceQueues for SingleQueue {
 
     fn exclusive(&self) -> Option<ExclusiveWork> {
         None
+    }
+
+    fn fuses_ops(&self) -> bool {
+        false
     }
 }

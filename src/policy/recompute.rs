@@ -123,6 +123,39 @@ pub fn is_recomputable(name: &str) -> bool {
     RECOMPUTABLE_OPS.contains(&name)
 }
 
+/// The recomputable ops a backend that runs several ops in one kernel does not rebuild (see
+/// [`rebuilds_exactly`]).
+pub const NOT_REBUILT_WHEN_FUSED: [&str; 4] = [
+    "float_add",
+    "float_add_scalar",
+    "float_sub",
+    "float_sub_scalar",
+];
+
+/// Whether a rebuild of the op named `name` gives the bits its first run gave, on a backend
+/// that runs several ops in one kernel (`fuses_ops`: burn-fusion over wgpu or CUDA) or on one
+/// that runs each op alone.
+///
+/// Alone, an op's kernel reads its inputs from memory and writes its output, so running it
+/// again on the same inputs gives the same bits. Fused, the shader compiler optimises across
+/// the ops of one kernel: it may contract a multiply and the add it feeds into one fused
+/// multiply-add, rounded once (naga marks nothing `NoContraction`, NVRTC contracts by
+/// default), and Mesa may divide by a square root as a multiply by an approximate reciprocal
+/// square root. Two sides of a rebuild are exposed to that:
+/// - the op that reads the rebuilt tensor: the rebuild runs just before it, and in one kernel
+///   with it the compiler could fuse the two, where the first run, long before, was not. The
+///   adapter runs the fusion stream's queued ops, the rebuild last, before that op is
+///   registered (`backend/recipe.rs`). Without that, `tests/cubecl.rs`'s fused GPT with
+///   recompute lost bit-identity in about half its runs (one step's loss one ulp off, on
+///   lavapipe), and in every run when only layer norm's square roots were dropped; with it,
+///   in none of 11;
+/// - the op that made its inputs: an add or subtract may have run in one kernel with the
+///   multiply that made its input, contracted, and a rebuild from the stored product cannot
+///   contract it. Those ops ([`NOT_REBUILT_WHEN_FUSED`]) keep no recipe on such a backend.
+pub fn rebuilds_exactly(name: &str, fuses_ops: bool) -> bool {
+    !(fuses_ops && NOT_REBUILT_WHEN_FUSED.contains(&name))
+}
+
 /// The profile that times rebuilds on a CubeCL backend (wgpu, CUDA) when none is configured:
 /// the built-in with the slowest device memory, so that a rebuild is not taken for cheaper
 /// than it is on a faster card (its ops' measured durations are dispatch times, and the card
@@ -357,6 +390,23 @@ mod tests {
             &mb,
             &rebuild(1_500, 1)
         ));
+    }
+
+    #[test]
+    fn a_backend_that_fuses_ops_rebuilds_no_add_or_subtract() {
+        for name in RECOMPUTABLE_OPS {
+            assert!(rebuilds_exactly(name, false), "{name} alone");
+            assert_eq!(
+                rebuilds_exactly(name, true),
+                !NOT_REBUILT_WHEN_FUSED.contains(&name),
+                "{name} fused"
+            );
+        }
+        assert!(!rebuilds_exactly("float_add_scalar", true));
+        assert!(rebuilds_exactly("float_sqrt", true));
+        for name in NOT_REBUILT_WHEN_FUSED {
+            assert!(is_recomputable(name), "{name} is a recomputable op");
+        }
     }
 
     #[test]
