@@ -1340,6 +1340,190 @@ proptest! {
     }
 }
 
+/// Found by `random_programs_with_recompute_match_flex` in one run of the whole suite (one
+/// element of read 12 one ulp off under `both`, asynchronous), kept as it was shrunk. It has
+/// not failed again, alone or in the binary (2 runs of 2,000 cases per property): the cause,
+/// timing-dependent, is not found yet.
+#[test]
+fn a_recompute_program_that_once_failed() {
+    let program = vec![
+        Inst::Create {
+            ty: Ty::Bool,
+            shape: 1,
+            seed: 3801618829,
+        },
+        Inst::Create {
+            ty: Ty::Float {
+                i: 1,
+                via_cast: false,
+            },
+            shape: 1,
+            seed: 1973243633,
+        },
+        Inst::Create {
+            ty: Ty::Bool,
+            shape: 2,
+            seed: 3461226847,
+        },
+        Inst::CloneMutate { a: 211, b: 144 },
+        Inst::Create {
+            ty: Ty::Float {
+                i: 0,
+                via_cast: true,
+            },
+            shape: 2,
+            seed: 846604944,
+        },
+        Inst::Unary {
+            op: Unary::Neg,
+            a: 4,
+            keep: false,
+        },
+        Inst::Create {
+            ty: Ty::Bool,
+            shape: 1,
+            seed: 3442580098,
+        },
+        Inst::Slice {
+            a: 160,
+            dim: 40,
+            from_start: true,
+        },
+        Inst::Cast { a: 168, to: 182 },
+        Inst::Slice {
+            a: 100,
+            dim: 141,
+            from_start: false,
+        },
+        Inst::Cast { a: 95, to: 3 },
+        Inst::Bools {
+            op: BoolOp::And,
+            a: 239,
+            b: 116,
+        },
+        Inst::Unary {
+            op: Unary::Neg,
+            a: 50,
+            keep: false,
+        },
+        Inst::Unary {
+            op: Unary::Exp,
+            a: 31,
+            keep: false,
+        },
+        Inst::Scalar {
+            op: ScalarOp::Clamp,
+            a: 148,
+            v: -16,
+            keep: true,
+        },
+        Inst::Create {
+            ty: Ty::Int { i: 1 },
+            shape: 2,
+            seed: 1339876967,
+        },
+        Inst::SwapDims { a: 255, pair: 166 },
+        Inst::MaskWhere {
+            m: 155,
+            a: 8,
+            b: 74,
+        },
+        Inst::CloneMutate { a: 234, b: 203 },
+        Inst::Reshape {
+            a: 121,
+            to: 239,
+            keep: false,
+        },
+        Inst::Slice {
+            a: 204,
+            dim: 88,
+            from_start: false,
+        },
+        Inst::Cat {
+            a: 207,
+            b: 138,
+            dim: 156,
+        },
+        Inst::Create {
+            ty: Ty::Float {
+                i: 2,
+                via_cast: false,
+            },
+            shape: 0,
+            seed: 3445011534,
+        },
+        Inst::Create {
+            ty: Ty::Float {
+                i: 1,
+                via_cast: false,
+            },
+            shape: 0,
+            seed: 4269437185,
+        },
+        Inst::SwapDims { a: 251, pair: 84 },
+        Inst::Slice {
+            a: 193,
+            dim: 2,
+            from_start: true,
+        },
+        Inst::Unary {
+            op: Unary::Neg,
+            a: 20,
+            keep: true,
+        },
+        Inst::Matmul { a: 84, b: 57 },
+        Inst::Create {
+            ty: Ty::Float {
+                i: 0,
+                via_cast: true,
+            },
+            shape: 2,
+            seed: 1345364298,
+        },
+        Inst::Slice {
+            a: 143,
+            dim: 97,
+            from_start: true,
+        },
+        Inst::MaxWithIndices { a: 244, dim: 104 },
+        Inst::ReadMany {
+            a: 166,
+            b: 165,
+            c: 25,
+        },
+        Inst::Bools {
+            op: BoolOp::Or,
+            a: 63,
+            b: 50,
+        },
+        Inst::Unary {
+            op: Unary::Tanh,
+            a: 32,
+            keep: false,
+        },
+        Inst::DropOnThread { a: 228 },
+        Inst::Scalar {
+            op: ScalarOp::Add,
+            a: 162,
+            v: -113,
+            keep: false,
+        },
+        Inst::Matmul { a: 183, b: 205 },
+        Inst::Reduce {
+            a: 109,
+            dim: 174,
+            mean: false,
+        },
+        Inst::Scalar {
+            op: ScalarOp::Mul,
+            a: 70,
+            v: 3,
+            keep: true,
+        },
+    ];
+    check_program_recompute(&program, 448, true, RecomputeMode::Both, 3);
+}
+
 /// A fixed program that touches every instruction, so a change that breaks one shows up without
 /// relying on the generator's luck.
 #[test]
