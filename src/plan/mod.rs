@@ -212,4 +212,4 @@ pub fn sweep(
 pub const SWEEP_FRACTIONS: [f64; 10] = [1.0, 0.9, 0.8, 0.7, 0.6, 0.5, 0.4, 0.3, 0.2, 0.1];
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

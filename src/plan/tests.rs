@@ -8,7 +8,7 @@ const MIB: u64 = 1 << 20;
 
 /// A step of `ops` (name, inputs, outputs) over f32 vectors of `sizes` bytes; tensors no op
 /// produced come from before the step.
-pub(super) fn tape(
+pub(crate) fn tape(
     ops: &[(&str, &[u64], &[u64])],
     sizes: &[(u64, u64)],
     drops: &[(u64, u32)],

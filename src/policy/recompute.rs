@@ -18,6 +18,7 @@
 //! behind them the share the link is busy ([`move_exposures`]). On an idle link moving is free
 //! and wins; on a busy one an elementwise rebuild, a few HBM passes, wins.
 
+use std::collections::HashMap;
 use std::fmt;
 use std::str::FromStr;
 use std::time::Duration;
@@ -26,7 +27,8 @@ use serde::{Deserialize, Serialize};
 
 use super::victim::Bandwidth;
 use crate::SpillError;
-use crate::plan::cost::{KernelModel, OpCost};
+use crate::plan::cost::{self, KernelModel, OpCost};
+use crate::tape::StepTape;
 
 /// What the engine may do with a victim on the device.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
@@ -198,6 +200,22 @@ impl RebuildTimes {
         match self {
             RebuildTimes::Measured => measured,
             RebuildTimes::Modelled(model) => Duration::from_secs_f64(model.seconds(cost)),
+        }
+    }
+
+    /// The seconds `tape`'s ops compute, timed the same way: what the link's utilization over
+    /// the step is measured against (a recorded duration on an asynchronous backend is a
+    /// dispatch, which would make the link look busier than it is).
+    pub fn compute_seconds(&self, tape: &StepTape) -> f64 {
+        match self {
+            RebuildTimes::Measured => tape.ops.iter().map(|op| op.duration_ns as f64 * 1e-9).sum(),
+            RebuildTimes::Modelled(model) => {
+                let by_id: HashMap<_, _> = tape.tensors.iter().map(|t| (t.id, t)).collect();
+                tape.ops
+                    .iter()
+                    .map(|op| model.seconds(&cost::op_cost(op, |id| by_id.get(&id).copied())))
+                    .sum()
+            }
         }
     }
 }
@@ -390,6 +408,27 @@ mod tests {
             &mb,
             &rebuild(1_500, 1)
         ));
+    }
+
+    #[test]
+    fn a_step_s_compute_is_timed_as_rebuilds_are() {
+        use crate::plan::DeviceProfile;
+        // Two 1 MB adds, recorded at 1 us each.
+        let t = crate::plan::tests::tape(
+            &[("float_add", &[1, 2], &[3]), ("float_add", &[3, 2], &[4])],
+            &[(1, 1 << 20), (2, 1 << 20), (3, 1 << 20), (4, 1 << 20)],
+            &[],
+        );
+        assert!((RebuildTimes::Measured.compute_seconds(&t) - 2e-6).abs() < 1e-12);
+        let model = KernelModel::of(&DeviceProfile::builtin("h200-pcie5").unwrap());
+        let by_id: HashMap<_, _> = t.tensors.iter().map(|r| (r.id, r)).collect();
+        let one = model.seconds(&cost::op_cost(&t.ops[0], |id| by_id.get(&id).copied()));
+        assert!(one > 0.0);
+        let modelled = RebuildTimes::Modelled(model).compute_seconds(&t);
+        assert!(
+            (modelled - 2.0 * one).abs() < 1e-12,
+            "{modelled} vs 2 x {one}"
+        );
     }
 
     #[test]

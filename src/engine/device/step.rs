@@ -209,7 +209,7 @@ impl DeviceEngine {
                 "the planned moves exceed the measured bandwidth in some windows; expect stalls");
         }
         *lock(&self.windows) = (windows.len() as u32, saturated);
-        let compute_seconds = tape.ops.iter().map(|op| op.duration_ns as f64 * 1e-9).sum();
+        let compute_seconds = limits.rebuild_times.compute_seconds(tape);
         let utilization = crate::policy::windows::link_utilization(
             &replay,
             compute_seconds,
