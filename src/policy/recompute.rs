@@ -150,7 +150,7 @@ pub const NOT_REBUILT_WHEN_FUSED: [&str; 4] = [
 ///   registered (`backend/recipe.rs`). Without that, `tests/cubecl.rs`'s fused GPT with
 ///   recompute lost bit-identity in about half its runs (one step's loss one ulp off, on
 ///   lavapipe), and in every run when only layer norm's square roots were dropped; with it,
-///   in none of 11;
+///   in none of 10 runs, nor of 5 with only square roots dropped;
 /// - the op that made its inputs: an add or subtract may have run in one kernel with the
 ///   multiply that made its input, contracted, and a rebuild from the stored product cannot
 ///   contract it. Those ops ([`NOT_REBUILT_WHEN_FUSED`]) keep no recipe on such a backend.
