@@ -55,6 +55,11 @@ impl Candidate {
     fn reach(&self) -> usize {
         self.run - self.period
     }
+
+    /// Whether the run covers two whole repetitions.
+    fn covers_two(&self) -> bool {
+        self.run >= 2 * self.period
+    }
 }
 
 /// Finds the period of a stream of op signatures.
@@ -95,6 +100,24 @@ impl Candidate {
 /// once per step, or when the sweep reaches it during the second step) nothing is reported until
 /// the second full step ends, and from then on the step's period, even inside a stretch of
 /// repeated layers.
+///
+/// A candidate that held the report back and then stopped repeating shows where the stream
+/// broke (the op one period before the one that differed); from then on a candidate whose run
+/// reaches back to that op, without covering two repetitions, is dropped and holds nothing back.
+/// This is for a block of other ops inside a long periodic stream (a new model's
+/// initialisation, an evaluation, another model's steps) followed by the same steps: the periods
+/// that line the new steps up with the old ones across the block (the step plus the block, and
+/// its multiples) repeat from the first new op, one step earlier than the step's own period
+/// can, so they reach further back; but their reference is the old stream, and each ends at the
+/// block just before covering two repetitions. Without the rule they would hold the step's
+/// period back, one after another, until the stream had run past the longest period followed
+/// (100,000 ops by default: a hundred steps of a small model, which a recorder that cuts steps
+/// at the period records in full meanwhile). With it the step's period is reported within a
+/// few repetitions of the new steps. The cost: a break shown inside a real step (a period that
+/// lines two steps up across a marker op that only the step's own period repeats) lets a
+/// repetition inside the step through until the step's period covers two repetitions, which a
+/// caller that cuts steps handles as any early inner repetition (it diverges at the next
+/// marker).
 ///
 /// Multiples of a period are periods too; a stream of period 3 under a minimum of 4 is reported
 /// as 6, the smallest multiple in range, since the last 12 ops are two repetitions of 6.
@@ -146,6 +169,13 @@ pub struct PeriodDetector {
     /// Each signature's last position, pruned to the last `max` ops every `ring` pushes.
     last_seen: HashMap<u64, usize>,
     candidates: Vec<Candidate>,
+    /// The candidate that held the last report back (see "Which period is reported"), by its
+    /// period.
+    holding_back: Option<usize>,
+    /// Where the stream broke, as a candidate that stopped repeating while it held the report
+    /// back showed: the op one period before the one that differed. A candidate whose run
+    /// reaches back to it holds nothing back.
+    broken_at: Option<usize>,
     /// The next period the sweep checks.
     sweep: usize,
     period: Option<usize>,
@@ -185,6 +215,8 @@ impl PeriodDetector {
             n: 0,
             last_seen: HashMap::new(),
             candidates: Vec::new(),
+            holding_back: None,
+            broken_at: None,
             sweep: min,
             period: None,
         }
@@ -202,11 +234,25 @@ impl PeriodDetector {
         let limit = self.run_limit();
         let sigs = &self.sigs;
         let ring = self.ring;
+        let holding_back = self.holding_back;
+        let mut broken_at = None;
         self.candidates.retain_mut(|c| {
             let same = sigs[k % ring] == sigs[(k - c.period) % ring];
             c.run = (c.run + 1).min(limit);
+            if !same && holding_back == Some(c.period) {
+                broken_at = Some(k - c.period);
+            }
             same
         });
+        if broken_at.is_some() {
+            self.broken_at = broken_at;
+            // They could neither be reported nor hold anything back: their places go free.
+            let candidates = std::mem::take(&mut self.candidates);
+            self.candidates = candidates
+                .into_iter()
+                .filter(|c| !self.ends_at_break(c))
+                .collect();
+        }
 
         // A recurrence proposes its distance.
         if let Some(q) = self.last_seen.insert(sig, k) {
@@ -242,12 +288,19 @@ impl PeriodDetector {
             self.last_seen.retain(|_, &mut q| q + max >= n);
         }
 
-        self.period = self
-            .candidates
-            .iter()
-            .max_by_key(|c| (c.reach(), std::cmp::Reverse(c.period)))
-            .filter(|c| c.run >= 2 * c.period)
-            .map(|c| c.period);
+        let furthest = |candidates: &mut dyn Iterator<Item = &Candidate>| {
+            candidates
+                .max_by_key(|c| (c.reach(), std::cmp::Reverse(c.period)))
+                .copied()
+        };
+        let winner = furthest(&mut self.candidates.iter());
+        let covering_two = furthest(&mut self.candidates.iter().filter(|c| c.covers_two()));
+        (self.period, self.holding_back) = match (winner, covering_two) {
+            (Some(w), _) if w.covers_two() => (Some(w.period), None),
+            // `w` holds back a period that covers two repetitions.
+            (Some(w), Some(_)) => (None, Some(w.period)),
+            _ => (None, None),
+        };
         self.period
     }
 
@@ -263,6 +316,7 @@ impl PeriodDetector {
             // Their runs are not extended while observing.
             self.candidates.clear();
             self.period = None;
+            self.holding_back = None;
         }
     }
 
@@ -277,6 +331,7 @@ impl PeriodDetector {
         }
         self.candidates.clear();
         self.period = None;
+        self.holding_back = None;
     }
 
     /// What the last [`push`](Self::push) returned.
@@ -302,6 +357,8 @@ impl PeriodDetector {
         self.n = 0;
         self.last_seen.clear();
         self.candidates.clear();
+        self.holding_back = None;
+        self.broken_at = None;
         self.sweep = self.min;
         self.period = None;
     }
@@ -362,12 +419,21 @@ impl PeriodDetector {
         lo
     }
 
+    /// Whether `c` has not covered two repetitions and its run reaches back to where the
+    /// stream broke (see `broken_at`): it would end there before covering two.
+    fn ends_at_break(&self, c: &Candidate) -> bool {
+        !c.covers_two() && self.broken_at.is_some_and(|at| self.n - c.run <= at)
+    }
+
     /// Follows period `p` with run `run`, evicting the shortest reach when full.
     fn propose(&mut self, p: usize, run: usize) {
         if run <= p || self.candidates.iter().any(|c| c.period == p) {
             return; // not even one op repeats at that distance
         }
         let new = Candidate { period: p, run };
+        if self.ends_at_break(&new) {
+            return;
+        }
         if self.candidates.len() < Self::MAX_CANDIDATES {
             self.candidates.push(new);
             return;
@@ -613,9 +679,55 @@ mod tests {
             Some(10),
             "the first step is 10-periodic but for its end"
         );
-        assert!(reports[1000 + 200..1999].iter().all(Option::is_none));
+        // In the second step nothing longer than the layer is reported before the step is:
+        // first the step's period (once the sweep proposes it) holds the layer's back. A period
+        // that lines the second step up with the first (170) ends at the first step's marker
+        // while it holds the report back, and the break it shows lets the layer's period through
+        // (see "Which period is reported").
+        assert!(
+            reports[1000 + 200..1999]
+                .iter()
+                .all(|r| matches!(r, None | Some(10))),
+            "{reports:?}"
+        );
         assert!(reports[1999..].iter().all(|r| *r == Some(1000)));
         assert!(d.candidates.len() <= PeriodDetector::MAX_CANDIDATES);
+    }
+
+    #[test]
+    fn a_block_inserted_into_a_long_periodic_stream_does_not_hide_its_period() {
+        // A long run, a block of other ops, then the same steps again (see "Which period is
+        // reported").
+        let step: Vec<u64> = (100..150).collect();
+        let block: Vec<u64> = (900..937).collect();
+        let mut d = PeriodDetector::new(4, 2_000);
+        feed(&mut d, &repeat(&step, 60));
+        assert_eq!(d.period(), Some(50));
+        feed(&mut d, &block);
+        let reports = feed(&mut d, &repeat(&step, 6));
+        let (at, period) = first_report(&reports).expect("the period is found again");
+        assert_eq!(period, 50, "{reports:?}");
+        assert!(at <= 4 * step.len(), "found after {at} ops");
+        assert!(
+            reports[at - 1..].iter().all(|r| *r == Some(50)),
+            "{reports:?}"
+        );
+
+        // The same after a pause, the old stream only observed (the recorder's way).
+        let mut paused = PeriodDetector::new(4, 2_000);
+        feed(&mut paused, &repeat(&step, 3));
+        for &sig in repeat(&step, 57).iter().chain(&block) {
+            paused.observe(sig);
+        }
+        paused.resume();
+        let reports = feed(&mut paused, &repeat(&step, 6));
+        let (at, period) = first_report(&reports).expect("the period is found again");
+        assert_eq!(period, 50, "{reports:?}");
+        assert!(at <= 4 * step.len(), "found after {at} ops");
+        assert!(
+            reports[at - 1..].iter().all(|r| *r == Some(50)),
+            "{reports:?}"
+        );
     }
 
     #[test]

@@ -1292,6 +1292,53 @@ mod auto_step_tests {
     }
 
     #[test]
+    fn steps_are_found_again_after_a_block_of_other_ops_in_a_long_run() {
+        // A long unmarked run, a block of other ops (a second model's initialisation, an
+        // evaluation), then the same steps: the step's period is confirmed again within a few
+        // steps (see "Which period is reported" on `PeriodDetector`), not after the stream has
+        // run past the longest period followed (100,000 ops), every step recorded in full.
+        let rec = Recorder::default();
+        rec.set_enabled(true);
+        let step = [
+            "float_exp",
+            "float_log",
+            "float_mul",
+            "float_sum",
+            "float_neg",
+            "float_abs",
+            "float_sqrt",
+        ];
+        for _ in 0..200 {
+            for name in step {
+                op(&rec, name, 3);
+            }
+        }
+        assert!(rec.counters().verifying);
+        let before = rec.counters();
+        for name in [
+            "float_cos",
+            "float_sin",
+            "float_tanh",
+            "float_erf",
+            "float_round",
+        ] {
+            op(&rec, name, 9);
+        }
+        for _ in 0..40 {
+            for name in step {
+                op(&rec, name, 3);
+            }
+        }
+        let after = rec.counters();
+        assert_eq!(after.auto_period, Some(7), "{after:?}");
+        assert!(after.verifying, "{after:?}");
+        assert!(
+            after.steps >= before.steps + 30,
+            "steps are cut again within a few of the block: {before:?} then {after:?}"
+        );
+    }
+
+    #[test]
     fn a_repetition_inside_the_step_does_not_hide_the_step_when_detection_paused() {
         // Six identical 4-op layers and a 2-op head: the layer's period is confirmed, recorded
         // twice and verified (detection pauses) before the head breaks it.
