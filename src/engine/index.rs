@@ -181,12 +181,15 @@ impl Index {
         self.output_sizes.get(&signature).copied()
     }
 
-    /// Learns an op signature's output bytes.
-    pub fn learn_output(&mut self, signature: u64, bytes: u64) {
-        if self.output_sizes.len() >= MAX_OUTPUT_SIZES {
+    /// Learns an op signature's output bytes. Returns whether the learnt sizes were cleared
+    /// first (the map was full).
+    pub fn learn_output(&mut self, signature: u64, bytes: u64) -> bool {
+        let full = self.output_sizes.len() >= MAX_OUTPUT_SIZES;
+        if full {
             self.output_sizes.clear();
         }
         self.output_sizes.insert(signature, bytes);
+        full
     }
 
     /// Puts `id` (an entry of `tier`) at the back of its tier's queue.

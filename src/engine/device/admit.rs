@@ -6,7 +6,7 @@ use std::hash::Hasher;
 use std::sync::Weak;
 use std::sync::atomic::Ordering;
 
-use crate::engine::index::Spillable;
+use crate::engine::index::{Index, Spillable};
 use crate::engine::slot::{TensorId, Tier};
 use crate::fast_hash::FastHasher;
 use crate::policy::plan::{KeyAt, PlanKey};
@@ -235,7 +235,7 @@ impl DeviceEngine {
             }
             // Most ops repeat a learnt size: the map is written only when it changes.
             if ticket.learnt != Some(output_bytes) {
-                index.learn_output(ticket.signature, output_bytes);
+                self.learn_output(&mut index, ticket.signature, output_bytes);
             }
         }
         let resident = self.ledger.resident(Tier::Device);
@@ -290,6 +290,23 @@ impl DeviceEngine {
                 "op needs more device memory than the budget and runs over it (logged once per op kind)"
             );
         }
+    }
+
+    /// Learns `signature`'s output size in the index (locked by the caller) and in the memo of
+    /// known sizes.
+    pub(super) fn learn_output(&self, index: &mut Index, signature: u64, bytes: u64) {
+        match index.learnt_output(signature) {
+            Some(learnt) if learnt == bytes => {}
+            learnt => {
+                if let Some(learnt) = learnt {
+                    self.known_sizes.remove(signature, learnt);
+                }
+                if index.learn_output(signature, bytes) {
+                    self.known_sizes.clear();
+                }
+            }
+        }
+        self.known_sizes.insert(signature, bytes);
     }
 
     /// Device bytes that count against the budget: resident, on their way in, and reserved

@@ -168,11 +168,12 @@ impl DeviceEngine {
         output_bytes: u64,
     ) {
         let signature = op_signature(name, hint, input_bytes.iter().copied());
-        let mut index = lock(&self.index);
-        // Most ops repeat a learnt size: the map is written only when it changes.
-        if index.learnt_output(signature) != Some(output_bytes) {
-            index.learn_output(signature, output_bytes);
+        // Nearly every call repeats a size learnt before: then the index is not even locked.
+        if self.known_sizes.contains(signature, output_bytes) {
+            return;
         }
+        let mut index = lock(&self.index);
+        self.learn_output(&mut index, signature, output_bytes);
     }
 
     /// Notes an output of an untracked op: its size for later estimates and, when it may leave

@@ -21,6 +21,7 @@
 mod admit;
 mod ample;
 mod evict;
+mod known_sizes;
 mod limits_cell;
 mod moves;
 mod prefetch;
@@ -158,6 +159,8 @@ pub struct DeviceEngine {
     pool: PoolWatch,
     /// Whether ops run untracked while memory is ample, and what they made.
     ample: ample::Ample,
+    /// Which learnt output sizes the index holds, read without its lock.
+    known_sizes: known_sizes::KnownSizes,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
