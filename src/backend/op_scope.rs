@@ -199,7 +199,7 @@ impl<B: Backend> OpScope<B> {
     fn recording_for(&mut self, engine: &Arc<DeviceEngine>) -> Option<&mut Recording> {
         if self.recording.is_none() && engine.recorder().is_enabled() {
             let own = self.engine.as_ref().is_some_and(|e| Arc::ptr_eq(e, engine));
-            let taken = if engine.recorder().is_verifying() {
+            let taken = if engine.recorder().signatures_only() {
                 Taken::Verified(OpSignature::new(self.name))
             } else {
                 Taken::Full {

@@ -198,6 +198,13 @@ struct State {
     detection_paused: bool,
     /// How many times detection resumed after a divergence.
     detection_resumed: u64,
+    /// An unmarked stream ran `3 x` the longest period detected without a period, so its
+    /// buffers were dropped: until a period or a marker comes, only signatures are collected.
+    /// (Ops before a confirmed period are no step, and a stretch that long ended by a marker
+    /// is none either: recording them in full, about 2 us an op, only fed the buffers dropped.
+    /// A shorter stretch is recorded in full, so that one ended by the first marker, a
+    /// program's set-up, is kept as a step.)
+    long_search: bool,
     /// A period the detector reported, and for how many ops in a row it has held.
     candidate: Option<(usize, usize)>,
     /// The confirmed period of an unmarked stream: a step is cut every this many ops.
@@ -354,6 +361,14 @@ impl State {
         closed
     }
 
+    /// Whether an op needs only its signature now (see `Recorder::signatures_only`): the step
+    /// is verified, or an unmarked stream has gone so long without a period that its buffers
+    /// were dropped (see `long_search`).
+    fn needs_signatures_only(&self) -> bool {
+        self.mode == Mode::Verify
+            || (self.long_search && !self.markers_used && self.auto_period.is_none())
+    }
+
     /// Forgets the period of an unmarked stream, so that it is found again (the program
     /// changed).
     fn restart_detection(&mut self) {
@@ -412,6 +427,7 @@ impl State {
                 self.candidate = Some((period, held));
                 if held >= period && period > self.auto_period.unwrap_or(0) {
                     self.auto_period = Some(period);
+                    self.long_search = false;
                     // Not a step: whatever ran before, up to the confirmation.
                     self.buffers.clear();
                     self.incomplete = false;
@@ -434,6 +450,8 @@ impl State {
                 // No period yet and a long stream: keep detecting, but not the buffers.
                 self.buffers.clear();
                 self.signatures.clear();
+                self.incomplete = false;
+                self.long_search = true;
             }
             None => {}
         }
@@ -449,8 +467,10 @@ pub struct Recorder {
     /// Recorded steps finished so far and divergences seen, for the engine's plan.
     finished_count: AtomicU64,
     divergence_count: AtomicU64,
-    /// Whether the state's mode is `Verify`, as of the last op or boundary.
-    verifying: AtomicBool,
+    /// Whether an op starting now needs only its signature, as of the last op or boundary: the
+    /// step is verified, or the period of an unmarked stream is still being searched for (what
+    /// a full recording collects then is thrown away when the period is found).
+    signatures_only: AtomicBool,
 }
 
 /// Ops per step the packed position can count; longer steps saturate (their tail shares one
@@ -480,6 +500,7 @@ impl Default for Recorder {
                 detector: None,
                 detection_paused: false,
                 detection_resumed: 0,
+                long_search: false,
                 candidate: None,
                 auto_period: None,
                 main_thread: None,
@@ -490,7 +511,7 @@ impl Default for Recorder {
             position: AtomicU64::new(0),
             finished_count: AtomicU64::new(0),
             divergence_count: AtomicU64::new(0),
-            verifying: AtomicBool::new(false),
+            signatures_only: AtomicBool::new(false),
         }
     }
 }
@@ -515,8 +536,8 @@ impl Recorder {
 
     /// Makes the step, the position in it and the counters readable without the lock.
     fn publish(&self, state: &State) {
-        self.verifying
-            .store(state.mode == Mode::Verify, Ordering::Relaxed);
+        self.signatures_only
+            .store(state.needs_signatures_only(), Ordering::Relaxed);
         let ops = (state.signatures.len() as u64).min((1 << POSITION_BITS) - 1);
         self.position
             .store((state.step << POSITION_BITS) | ops, Ordering::Relaxed);
@@ -577,8 +598,10 @@ impl Recorder {
             state.start_clock();
             state.marked = false;
             state.markers_used = false;
+            state.long_search = false;
             state.main_thread = None;
             state.stepping_thread_ran_ops = false;
+            self.publish(&state);
         }
         self.enabled.store(enabled, Ordering::Relaxed);
     }
@@ -618,10 +641,10 @@ impl Recorder {
     }
 
     /// Appends one op whose inputs, outputs and time were not collected, because the recorder
-    /// was only verifying when it started ([`is_verifying`](Self::is_verifying)): verifying
-    /// needs only the op's signature, built as its outputs were made. If it records in full by
-    /// now (a step boundary came in between), the op goes in without its tensors and this step
-    /// is not kept as a tape.
+    /// needed only signatures when it started ([`signatures_only`](Self::signatures_only)):
+    /// verifying, or finding the period, needs only the op's signature, built as its outputs
+    /// were made. If it records in full (searching for a period, or a step boundary came in
+    /// between), the op goes in without its tensors and this step is not kept as a tape.
     pub(crate) fn record_verified_op(
         &self,
         name: &'static str,
@@ -648,11 +671,11 @@ impl Recorder {
         self.push_op(state, main, op, signature.finish());
     }
 
-    /// Whether the recorder only verifies signatures now: an op starting now needs to collect
-    /// its outputs only (see [`record_verified_op`](Self::record_verified_op)), and drops are
-    /// not recorded.
-    pub fn is_verifying(&self) -> bool {
-        self.verifying.load(Ordering::Relaxed)
+    /// Whether the recorder needs only op signatures now (it verifies a step, or searches for
+    /// the period of an unmarked stream): an op starting now needs to collect its outputs only
+    /// (see [`record_verified_op`](Self::record_verified_op)), and drops are not recorded.
+    pub fn signatures_only(&self) -> bool {
+        self.signatures_only.load(Ordering::Relaxed)
     }
 
     /// The state, the calling thread's number and whether it is the stepping thread (the
@@ -745,7 +768,7 @@ impl Recorder {
 
     /// Notes that a tensor's last handle dropped (only a step recorded in full keeps drops).
     pub fn record_drop(&self, id: TensorId) {
-        if self.is_verifying() {
+        if self.signatures_only() {
             return;
         }
         let entered = Instant::now();
@@ -776,6 +799,7 @@ impl Recorder {
             }
             state.main_thread = Some(thread);
             state.markers_used = true;
+            state.long_search = false;
             state.detector = None;
             state.detection_paused = false;
             state.auto_period = None;
@@ -847,7 +871,7 @@ mod tests {
         rec.set_resample_every(1);
         rec.boundary(true);
         // An op that began while the recorder verified, recorded once it records in full.
-        assert!(!rec.is_verifying());
+        assert!(!rec.signatures_only());
         rec.record_verified_op("float_exp", signature("float_exp", &[2, 3]), [0; 3]);
         assert!(
             rec.boundary(true).is_none(),
@@ -886,7 +910,7 @@ mod tests {
         }
         rec.boundary(true);
         assert!(
-            rec.is_verifying(),
+            rec.signatures_only(),
             "two equal recorded steps make it verify"
         );
         rec.record_verified_op("float_exp", signature("float_exp", &[2, 3]), [0; 3]);
@@ -899,7 +923,7 @@ mod tests {
         rec.record_verified_op("float_log", signature("float_log", &[2, 3]), [0; 3]);
         rec.boundary(true);
         assert_eq!(rec.counters().divergences, 1, "another op is a divergence");
-        assert!(!rec.is_verifying());
+        assert!(!rec.signatures_only());
     }
 
     #[test]
@@ -1045,7 +1069,7 @@ mod tests {
             exp_op(&rec);
         }
         assert!(
-            rec.is_verifying(),
+            rec.signatures_only(),
             "stopped in the middle of a verified step"
         );
         rec.set_enabled(false);
@@ -1152,6 +1176,9 @@ mod verify_tests {
 mod auto_step_tests {
     use super::*;
 
+    /// The dtype name of every op's output here (signatures tell dtypes apart by address).
+    static F32: &str = "F32";
+
     #[test]
     fn an_unmarked_stream_is_cut_at_its_period() {
         let rec = Recorder::default();
@@ -1208,7 +1235,7 @@ mod auto_step_tests {
         let view = TensorView {
             id: 1,
             bytes: 4,
-            dtype: "F32",
+            dtype: F32,
             shape: &shape,
             role: TensorRole::Other,
         };
@@ -1289,6 +1316,61 @@ mod auto_step_tests {
         }
         assert_eq!(rec.counters().auto_period, Some(5));
         assert_eq!(detection(&rec), (true, 2));
+    }
+
+    #[test]
+    fn a_long_unmarked_stream_without_a_period_needs_only_signatures_until_one_is_found() {
+        let rec = Recorder::default();
+        rec.set_enabled(true);
+        assert!(
+            !rec.signatures_only(),
+            "a short stretch is recorded in full (a marker may end it)"
+        );
+        // No period: every op's shape is new.
+        let long = 3 * PeriodDetector::DEFAULT_MAX + 1;
+        for width in 1..=long {
+            op(&rec, "float_exp", width);
+        }
+        assert!(rec.signatures_only(), "its buffers were dropped");
+        rec.record_drop(7);
+        assert!(rec.lock().buffers.drops.is_empty(), "drops are not kept");
+        // A period then: recorded in full once confirmed.
+        let step = [
+            "float_exp",
+            "float_log",
+            "float_mul",
+            "float_sum",
+            "float_neg",
+        ];
+        let mut recorded_in_full = 0;
+        for _ in 0..6 {
+            for name in step {
+                if rec.signatures_only() {
+                    let mut signature = OpSignature::new(name);
+                    signature.output(F32, &[3]);
+                    rec.record_verified_op(name, signature, [0; 3]);
+                } else {
+                    recorded_in_full += 1;
+                    op(&rec, name, 3);
+                }
+            }
+        }
+        let counters = rec.counters();
+        assert_eq!(counters.auto_period, Some(5), "{counters:?}");
+        assert!(recorded_in_full >= 5, "the steps after the confirmation");
+        assert!(
+            rec.last_step().is_some_and(|tape| tape.ops.len() == 5),
+            "and kept as a tape"
+        );
+
+        // A marker ends the search.
+        let marked = Recorder::default();
+        marked.set_enabled(true);
+        for width in 1..=long {
+            op(&marked, "float_exp", width);
+        }
+        marked.boundary(true);
+        assert!(!marked.signatures_only());
     }
 
     #[test]
