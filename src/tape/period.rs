@@ -694,6 +694,19 @@ mod tests {
         assert!(d.candidates.len() <= PeriodDetector::MAX_CANDIDATES);
     }
 
+    /// Feeds six repetitions of `step` and checks that its period is reported within the
+    /// first four and from then on.
+    fn found_again_within_four_steps(d: &mut PeriodDetector, step: &[u64]) {
+        let reports = feed(d, &repeat(step, 6));
+        let (at, period) = first_report(&reports).expect("the period is found again");
+        assert_eq!(period, step.len(), "{reports:?}");
+        assert!(at <= 4 * step.len(), "found after {at} ops");
+        assert!(
+            reports[at - 1..].iter().all(|r| *r == Some(step.len())),
+            "{reports:?}"
+        );
+    }
+
     #[test]
     fn a_block_inserted_into_a_long_periodic_stream_does_not_hide_its_period() {
         // A long run, a block of other ops, then the same steps again (see "Which period is
@@ -704,14 +717,7 @@ mod tests {
         feed(&mut d, &repeat(&step, 60));
         assert_eq!(d.period(), Some(50));
         feed(&mut d, &block);
-        let reports = feed(&mut d, &repeat(&step, 6));
-        let (at, period) = first_report(&reports).expect("the period is found again");
-        assert_eq!(period, 50, "{reports:?}");
-        assert!(at <= 4 * step.len(), "found after {at} ops");
-        assert!(
-            reports[at - 1..].iter().all(|r| *r == Some(50)),
-            "{reports:?}"
-        );
+        found_again_within_four_steps(&mut d, &step);
 
         // The same after a pause, the old stream only observed (the recorder's way).
         let mut paused = PeriodDetector::new(4, 2_000);
@@ -720,14 +726,7 @@ mod tests {
             paused.observe(sig);
         }
         paused.resume();
-        let reports = feed(&mut paused, &repeat(&step, 6));
-        let (at, period) = first_report(&reports).expect("the period is found again");
-        assert_eq!(period, 50, "{reports:?}");
-        assert!(at <= 4 * step.len(), "found after {at} ops");
-        assert!(
-            reports[at - 1..].iter().all(|r| *r == Some(50)),
-            "{reports:?}"
-        );
+        found_again_within_four_steps(&mut paused, &step);
     }
 
     #[test]

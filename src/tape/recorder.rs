@@ -1179,6 +1179,17 @@ mod auto_step_tests {
     /// The dtype name of every op's output here (signatures tell dtypes apart by address).
     static F32: &str = "F32";
 
+    /// Seven distinct ops: a step, or its first five another.
+    const SEVEN_OPS: [&str; 7] = [
+        "float_exp",
+        "float_log",
+        "float_mul",
+        "float_sum",
+        "float_neg",
+        "float_abs",
+        "float_sqrt",
+    ];
+
     #[test]
     fn an_unmarked_stream_is_cut_at_its_period() {
         let rec = Recorder::default();
@@ -1259,15 +1270,7 @@ mod auto_step_tests {
     fn detection_pauses_while_steps_verify_and_resumes_when_the_program_changes() {
         let rec = Recorder::default();
         rec.set_enabled(true);
-        let longer = [
-            "float_exp",
-            "float_log",
-            "float_mul",
-            "float_sum",
-            "float_neg",
-            "float_abs",
-            "float_sqrt",
-        ];
+        let longer = SEVEN_OPS;
         let step = &longer[..5];
         for _ in 0..12 {
             for name in step {
@@ -1381,15 +1384,7 @@ mod auto_step_tests {
         // run past the longest period followed (100,000 ops), every step recorded in full.
         let rec = Recorder::default();
         rec.set_enabled(true);
-        let step = [
-            "float_exp",
-            "float_log",
-            "float_mul",
-            "float_sum",
-            "float_neg",
-            "float_abs",
-            "float_sqrt",
-        ];
+        let step = SEVEN_OPS;
         for _ in 0..200 {
             for name in step {
                 op(&rec, name, 3);
