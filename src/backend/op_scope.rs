@@ -482,39 +482,46 @@ impl<B: Backend> OpScope<B> {
     }
 }
 
+impl<B: Backend> OpScope<B> {
+    /// Hands the op to its recorder: in full, or its signature only.
+    fn record(&self, recording: Recording) {
+        let engine = match (&recording.engine, &self.engine) {
+            (Some(engine), _) | (None, Some(engine)) => engine,
+            (None, None) => unreachable!("a recording's engine is its own or the scope's"),
+        };
+        let recorder = engine.recorder();
+        let resident =
+            [Tier::Device, Tier::Host, Tier::Disk].map(|tier| engine.ledger().resident(tier));
+        match recording.taken {
+            Taken::Full {
+                started,
+                inputs,
+                outputs,
+            } => {
+                recorder.record_op(
+                    self.name,
+                    inputs.iter().map(TapeEntry::view),
+                    outputs.iter().map(TapeEntry::view),
+                    started,
+                    started.elapsed().as_nanos() as u64,
+                    resident,
+                );
+                give_back(inputs);
+                give_back(outputs);
+            }
+            Taken::Verified(signature) => {
+                recorder.record_verified_op(self.name, signature, resident);
+            }
+        }
+    }
+}
+
 impl<B: Backend> Drop for OpScope<B> {
     fn drop(&mut self) {
-        if let Some(recording) = self.recording.take() {
-            if !std::thread::panicking() {
-                let engine = match (&recording.engine, &self.engine) {
-                    (Some(engine), _) | (None, Some(engine)) => engine,
-                    (None, None) => unreachable!("a recording's engine is its own or the scope's"),
-                };
-                let recorder = engine.recorder();
-                let resident = [Tier::Device, Tier::Host, Tier::Disk]
-                    .map(|tier| engine.ledger().resident(tier));
-                match recording.taken {
-                    Taken::Full {
-                        started,
-                        inputs,
-                        outputs,
-                    } => {
-                        recorder.record_op(
-                            self.name,
-                            inputs.iter().map(TapeEntry::view),
-                            outputs.iter().map(TapeEntry::view),
-                            started,
-                            started.elapsed().as_nanos() as u64,
-                            resident,
-                        );
-                        give_back(inputs);
-                        give_back(outputs);
-                    }
-                    Taken::Verified(signature) => {
-                        recorder.record_verified_op(self.name, signature, resident);
-                    }
-                }
-            }
+        if let Some(recording) = self.recording.take()
+            && !std::thread::panicking()
+        {
+            self.record(recording);
         }
         let Some(engine) = self.engine.take() else {
             self.retired.clear();

@@ -557,8 +557,8 @@ mod tests {
         };
         let stats = SpillStats {
             // 100 moves of 40 KiB in 1.2 ms, the quickest 4 µs; 50 of 80 KiB in 0.7 ms, 6 µs.
-            host_to_device: moves(100, 100 * 40 << 10, 1_200, 4),
-            device_to_host: moves(50, 50 * 80 << 10, 700, 6),
+            host_to_device: moves(100, (100 * 40) << 10, 1_200, 4),
+            device_to_host: moves(50, (50 * 80) << 10, 700, 6),
             ..Default::default()
         };
         let p = DeviceProfile::measured(&stats);
@@ -566,7 +566,7 @@ mod tests {
         let replay = |count: u64, bytes: u64, to_device: bool| {
             count as f64 * p.link_seconds(bytes / count, to_device, false)
         };
-        assert!((replay(100, 100 * 40 << 10, true) - 1.2e-3).abs() < 1e-9);
-        assert!((replay(50, 50 * 80 << 10, false) - 0.7e-3).abs() < 1e-9);
+        assert!((replay(100, (100 * 40) << 10, true) - 1.2e-3).abs() < 1e-9);
+        assert!((replay(50, (50 * 80) << 10, false) - 0.7e-3).abs() < 1e-9);
     }
 }
