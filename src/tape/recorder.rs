@@ -198,12 +198,12 @@ struct State {
     detection_paused: bool,
     /// How many times detection resumed after a divergence.
     detection_resumed: u64,
-    /// An unmarked stream ran `3 x` the longest period detected without a period, so its
-    /// buffers were dropped: until a period or a marker comes, only signatures are collected.
-    /// (Ops before a confirmed period are no step, and a stretch that long ended by a marker
-    /// is none either: recording them in full, about 2 us an op, only fed the buffers dropped.
-    /// A shorter stretch is recorded in full, so that one ended by the first marker, a
-    /// program's set-up, is kept as a step.)
+    /// An unmarked stream ran three times the longest period the detector looks for without
+    /// finding one, so its buffers were dropped: until a period or a marker comes, only
+    /// signatures are collected. (Ops before a confirmed period are no step, so recording them
+    /// in full, about 2 us an op, only fed buffers that are dropped; a marker that ends such a
+    /// stretch closes a step that is counted, not kept. A shorter stretch is recorded in full,
+    /// so that one ended by the first marker, a program's set-up, is kept as a step.)
     long_search: bool,
     /// A period the detector reported, and for how many ops in a row it has held.
     candidate: Option<(usize, usize)>,
@@ -468,8 +468,8 @@ pub struct Recorder {
     finished_count: AtomicU64,
     divergence_count: AtomicU64,
     /// Whether an op starting now needs only its signature, as of the last op or boundary: the
-    /// step is verified, or the period of an unmarked stream is still being searched for (what
-    /// a full recording collects then is thrown away when the period is found).
+    /// step is verified, or an unmarked stream has searched so long for its period that its
+    /// recording was dropped (see `State::long_search`).
     signatures_only: AtomicBool,
 }
 
@@ -643,8 +643,8 @@ impl Recorder {
     /// Appends one op whose inputs, outputs and time were not collected, because the recorder
     /// needed only signatures when it started ([`signatures_only`](Self::signatures_only)):
     /// verifying, or finding the period, needs only the op's signature, built as its outputs
-    /// were made. If it records in full (searching for a period, or a step boundary came in
-    /// between), the op goes in without its tensors and this step is not kept as a tape.
+    /// were made. If it records in full (a long search for a period, or a step boundary came
+    /// in between), the op goes in without its tensors and this step is not kept as a tape.
     pub(crate) fn record_verified_op(
         &self,
         name: &'static str,
@@ -671,8 +671,8 @@ impl Recorder {
         self.push_op(state, main, op, signature.finish());
     }
 
-    /// Whether the recorder needs only op signatures now (it verifies a step, or searches for
-    /// the period of an unmarked stream): an op starting now needs to collect its outputs only
+    /// Whether the recorder needs only op signatures now (it verifies a step, or has searched
+    /// long for the period of an unmarked stream): an op starting now needs to collect its outputs only
     /// (see [`record_verified_op`](Self::record_verified_op)), and drops are not recorded.
     pub fn signatures_only(&self) -> bool {
         self.signatures_only.load(Ordering::Relaxed)
