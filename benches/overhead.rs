@@ -9,11 +9,14 @@
 //! With `--features wgpu` it also measures the two configured settings on `SpillBackend<Wgpu>`
 //! against plain `Wgpu` (on lavapipe where there is no GPU), paired: the host time an op's
 //! dispatch takes (what a GPU user pays per op, since the host thread is what keeps a GPU fed)
-//! and the training steps, each synchronised.
+//! and the training steps, each synchronised. With `--features cuda` and
+//! `BURN_SPILL_BENCH_BACKEND=cuda` it measures those rows on `SpillBackend<Cuda>` only (the Flex
+//! rows need no GPU, so a GPU's time is not spent on them).
 //!
 //! ```text
 //! cargo bench --bench overhead
 //! cargo bench --bench overhead --features wgpu
+//! BURN_SPILL_BENCH_BACKEND=cuda cargo bench --bench overhead --features cuda
 //! ```
 
 #[path = "../examples/common/small_models.rs"]
@@ -175,14 +178,14 @@ fn paired_recording_ratio(rounds: usize, resample: u64) -> f64 {
 }
 
 /// Which op a per-op row times.
-#[cfg(feature = "wgpu")]
+#[cfg(any(feature = "wgpu", feature = "cuda"))]
 #[derive(Clone, Copy)]
 enum Op {
     Add16,
     Matmul64,
 }
 
-#[cfg(feature = "wgpu")]
+#[cfg(any(feature = "wgpu", feature = "cuda"))]
 impl Op {
     fn size(self) -> usize {
         match self {
@@ -203,7 +206,7 @@ impl Op {
     }
 }
 
-#[cfg(feature = "wgpu")]
+#[cfg(any(feature = "wgpu", feature = "cuda"))]
 /// The host time of `n` dispatches of `op` on fresh inputs (made and synchronised before the
 /// clock starts; the outputs are synchronised and dropped after it stops), in seconds.
 fn time_ops<B: Backend>(op: Op, n: usize) -> f64 {
@@ -225,7 +228,7 @@ fn time_ops<B: Backend>(op: Op, n: usize) -> f64 {
     took
 }
 
-#[cfg(feature = "wgpu")]
+#[cfg(any(feature = "wgpu", feature = "cuda"))]
 /// Paired per-op rows of `SpillBackend<P>` against `P`: the median ratio and the median time
 /// added per op (ns) over `rounds` alternating batches of `n` ops.
 fn paired_op<P: Backend>(op: Op, rounds: usize, n: usize) -> (f64, f64) {
@@ -274,18 +277,20 @@ where
     })
 }
 
-/// The configured rows on `SpillBackend<Wgpu>` (see the module doc), printed as a table.
-#[cfg(feature = "wgpu")]
-fn wgpu_rows(rounds: usize) {
-    use burn::backend::Wgpu;
+/// The configured rows on `SpillBackend<B>` against `B`, a CubeCL backend named `name` (see the
+/// module doc), printed as a table.
+#[cfg(any(feature = "wgpu", feature = "cuda"))]
+fn cubecl_rows<B: Backend>(name: &str, rounds: usize) {
     let device = Default::default();
-    println!("\nOn wgpu: median over {rounds} alternating rounds, SpillBackend<Wgpu> against Wgpu");
+    println!(
+        "\nOn {name}: median over {rounds} alternating rounds, SpillBackend<{name}> against {name}"
+    );
     println!(
         "| spilled side | add 16x16 added (ns/op) | add ratio | matmul 64x64 added (ns/op) | matmul ratio | cnn step | transformer step |"
     );
     println!("|---|---:|---:|---:|---:|---:|---:|");
     for (setting, (_, what)) in SETTINGS.iter().enumerate().skip(1) {
-        SpillBackend::<Wgpu>::configure(
+        SpillBackend::<B>::configure(
             &device,
             match setting {
                 1 => SpillConfig::default().device_budget_bytes(AMPLE_BUDGET),
@@ -294,12 +299,12 @@ fn wgpu_rows(rounds: usize) {
         )
         .expect("a valid config");
         if setting < 2 {
-            SpillBackend::<Wgpu>::record_tape(&device, false);
+            SpillBackend::<B>::record_tape(&device, false);
         }
-        let (add_ratio, add_ns) = paired_op::<Wgpu>(Op::Add16, rounds, 200);
-        let (mm_ratio, mm_ns) = paired_op::<Wgpu>(Op::Matmul64, rounds, 200);
-        let cnn = paired_step::<Wgpu, SmallCnn<_>, SmallCnn<_>>(rounds);
-        let gpt = paired_step::<Wgpu, TinyGpt<_>, TinyGpt<_>>(rounds);
+        let (add_ratio, add_ns) = paired_op::<B>(Op::Add16, rounds, 200);
+        let (mm_ratio, mm_ns) = paired_op::<B>(Op::Matmul64, rounds, 200);
+        let cnn = paired_step::<B, SmallCnn<_>, SmallCnn<_>>(rounds);
+        let gpt = paired_step::<B, TinyGpt<_>, TinyGpt<_>>(rounds);
         println!(
             "| {what} | {add_ns:+.0} | {add_ratio:.4} | {mm_ns:+.0} | {mm_ratio:.4} | {cnn:.4} | {gpt:.4} |"
         );
@@ -356,6 +361,21 @@ fn configure_setting(setting: usize) {
 }
 
 fn main() {
+    match std::env::var("BURN_SPILL_BENCH_BACKEND").as_deref() {
+        Err(_) | Ok("flex") => {}
+        #[cfg(feature = "cuda")]
+        Ok("cuda") => {
+            cubecl_rows::<burn::backend::Cuda>("Cuda", 31);
+            return;
+        }
+        Ok(other) => {
+            eprintln!(
+                "error: BURN_SPILL_BENCH_BACKEND: `{other}` is not a backend this build measures alone; accepted: flex{}",
+                if cfg!(feature = "cuda") { ", cuda" } else { " (cuda needs --features cuda)" }
+            );
+            std::process::exit(2)
+        }
+    }
     let mut c = Criterion::default()
         .configure_from_args()
         .warm_up_time(Duration::from_millis(500))
@@ -407,5 +427,5 @@ fn main() {
         paired_recording_ratio(rounds, 100)
     );
     #[cfg(feature = "wgpu")]
-    wgpu_rows(31);
+    cubecl_rows::<burn::backend::Wgpu>("Wgpu", 31);
 }
