@@ -9,6 +9,11 @@
 #
 #   scripts/gpu-check.sh               # build, then run on the GPU; the log in target/gpu-check.log
 #   scripts/gpu-check.sh --build-only  # build only (works without a GPU or a CUDA toolkit)
+#   scripts/gpu-check.sh --bundle DIR  # build, then put the binaries and a run.sh in DIR, for a
+#                                      # GPU machine with no Rust toolchain (`bash DIR/run.sh`
+#                                      # from a checkout of this repository there)
+#
+# A test that finds no CUDA device skips (CI has none); here a skip is a failure.
 #
 # Exit codes: 0 when the build (and, without --build-only, every check) succeeded; 1 when there is
 # no GPU to run on (nvidia-smi missing or listing none) or a check failed; 2 on bad arguments.
@@ -17,15 +22,24 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 build_only=0
+bundle=""
 while [[ $# -gt 0 ]]; do
     case "$1" in
         --build-only) build_only=1 ;;
+        --bundle)
+            bundle="${2:-}"
+            if [[ -z "$bundle" ]]; then
+                echo "error: --bundle needs a directory" >&2
+                exit 2
+            fi
+            shift
+            ;;
         -h | --help)
             awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"
             exit 0
             ;;
         *)
-            echo "error: unknown argument '$1'; accepted: --build-only" >&2
+            echo "error: unknown argument '$1'; accepted: --build-only, --bundle DIR" >&2
             exit 2
             ;;
     esac
@@ -36,6 +50,37 @@ features=(--no-default-features --features flex,cuda,fusion)
 echo "== building with ${features[*]} (release)"
 cargo test --release "${features[@]}" --test cubecl --no-run
 cargo build --release "${features[@]}" --example resnet --example transformer
+
+if [[ -n "$bundle" ]]; then
+    mkdir -p "$bundle"
+    test_binary=$(cargo test --release "${features[@]}" --test cubecl --no-run --message-format json 2>/dev/null |
+        sed -n 's/.*"executable":"\([^"]*\)".*/\1/p' | tail -1)
+    strip -o "$bundle/cubecl" "$test_binary"
+    strip -o "$bundle/resnet" target/release/examples/resnet
+    strip -o "$bundle/transformer" target/release/examples/transformer
+    # The same checks as below, from the bundle (run from the repository's root).
+    cat >"$bundle/run.sh" <<'RUN'
+#!/usr/bin/env bash
+set -u
+here="$(cd "$(dirname "$0")" && pwd)"
+# NVRTC, which CubeCL compiles kernels with, from the CUDA toolkit (never its stubs).
+for lib in $(find /usr/local/cuda*/ -name 'libnvrtc.so*' 2>/dev/null | grep -v -e builtins -e stubs); do
+    export LD_LIBRARY_PATH="$(dirname "$lib"):${LD_LIBRARY_PATH:-}"
+done
+status=0
+"$here/cubecl" cuda_ --test-threads 1 2>&1 | tee "$here/cubecl.log" || status=1
+if grep -q SKIPPED "$here/cubecl.log"; then
+    echo "error: the CUDA tests skipped: no CUDA device opened" >&2
+    status=1
+fi
+"$here/resnet" --backend cuda --verify || status=1
+"$here/transformer" --backend cuda --verify || status=1
+exit $status
+RUN
+    chmod +x "$bundle/run.sh"
+    echo "== bundled in $bundle (run.sh runs it)"
+    exit 0
+fi
 
 if [[ $build_only -eq 1 ]]; then
     echo "== built; --build-only, so nothing ran (no GPU was used)"
@@ -56,6 +101,10 @@ run() {
     fi
 }
 run cargo test --release "${features[@]}" --test cubecl cuda_ -- --test-threads 1
+if grep -q SKIPPED "$log"; then
+    echo "error: the CUDA tests skipped: no CUDA device opened" | tee -a "$log" >&2
+    status=1
+fi
 run cargo run --release "${features[@]}" --example resnet -- --backend cuda --verify
 run cargo run --release "${features[@]}" --example transformer -- --backend cuda --verify
 echo "== log in $log"
