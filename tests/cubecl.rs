@@ -9,7 +9,10 @@
 //! which is why these tests exist beside the Flex ones.
 //!
 //! Every test skips with a printed reason when no wgpu adapter can be opened (no Vulkan driver):
-//! `.ci/run` installs lavapipe, so CI always runs them.
+//! `.ci/run` installs lavapipe, so CI always runs them. With `--features cuda` the same suites
+//! run on CUDA (`scripts/gpu-check.sh`), where fused kernels round by where the stream is
+//! drained (see `rounds_by_drain_points`): there the trainings under a binding budget are held
+//! to that rounding rather than to plain's bits, and the unbudgeted runs to plain's bits.
 #![cfg(any(feature = "wgpu", feature = "cuda"))]
 
 #[path = "../examples/common/small_models.rs"]
@@ -97,6 +100,80 @@ fn assert_identical(plain: &TrainRun, spilled: &TrainRun, what: &str) {
     }
 }
 
+/// Whether `I` rounds differently depending on where its stream is drained: `x * a + b` in one
+/// go against the same with `x * a` read first. A fused backend whose compiler contracts the
+/// multiply and the add into one FMA does (fused CUDA: on an H200, 960 of 4096 elements
+/// differed); unfused backends and fused wgpu on lavapipe do not. On such a backend a plain
+/// run's bits depend on where its stream was drained, and burn-spill drains it at every
+/// eviction (an eviction reads), so a run under a binding budget cannot give plain's bits.
+fn rounds_by_drain_points<I: Backend>() -> bool {
+    let device = I::Device::default();
+    let values = |seed: usize| -> Tensor<I, 2> {
+        let v: Vec<f32> = (0..64 * 64)
+            .map(|i| ((i * 2_654_435_761 + seed * 40_503) % 10_007) as f32 / 997.0 - 5.0)
+            .collect();
+        Tensor::from_data(TensorData::new(v, [64, 64]), &device)
+    };
+    let (x, a, b) = (values(1), values(2), values(3));
+    let together = (x.clone() * a.clone() + b.clone()).into_data();
+    let product = x * a;
+    let _drained = product.clone().into_data();
+    let apart = (product + b).into_data();
+    together.as_bytes() != apart.as_bytes()
+}
+
+/// The largest relative difference between two runs' losses, and between their parameter
+/// tensors (the norm of the difference over the norm of plain's).
+fn relative_differences(plain: &TrainRun, spilled: &TrainRun) -> (f64, f64) {
+    let losses = plain
+        .losses
+        .iter()
+        .zip(&spilled.losses)
+        .map(|(p, s)| f64::from((p - s).abs()) / f64::from(p.abs()).max(1e-12))
+        .fold(0.0, f64::max);
+    let parameters = plain
+        .parameters
+        .iter()
+        .zip(&spilled.parameters)
+        .map(|(p, s)| {
+            let (p, s) = (p.to_vec::<f32>().unwrap(), s.to_vec::<f32>().unwrap());
+            let norm = p.iter().map(|x| f64::from(*x).powi(2)).sum::<f64>().sqrt();
+            let diff = p
+                .iter()
+                .zip(&s)
+                .map(|(x, y)| f64::from(x - y).powi(2))
+                .sum::<f64>()
+                .sqrt();
+            diff / norm.max(1e-12)
+        })
+        .fold(0.0, f64::max);
+    (losses, parameters)
+}
+
+/// A spilled training run under a binding budget against plain: bit for bit, unless the
+/// backend rounds by where its stream is drained ([`rounds_by_drain_points`]); then to its
+/// rounding: losses within 1e-4 and parameters within 1e-2, relative. On an H200 the 8 steps
+/// gave at most 7.1e-6 and 1.4e-3 (Adam's normalised steps grow the rounding of small
+/// gradients); a lost or stale tensor is off by orders of magnitude more. The budget that never binds drains nothing, and
+/// is compared bit for bit on every backend (`plain_run_at_30_percent`).
+fn assert_matches_plain<I: Backend>(plain: &TrainRun, spilled: &TrainRun, what: &str) {
+    if !rounds_by_drain_points::<I>() {
+        return assert_identical(plain, spilled, what);
+    }
+    assert_eq!(plain.losses.len(), spilled.losses.len(), "{what}: steps");
+    assert_eq!(plain.parameters.len(), spilled.parameters.len(), "{what}");
+    let (losses, parameters) = relative_differences(plain, spilled);
+    eprintln!(
+        "{what}: this backend rounds by drain points; largest relative difference: losses \
+         {losses:.2e}, parameters {parameters:.2e}"
+    );
+    assert!(
+        losses <= 1e-4 && parameters <= 1e-2,
+        "{what}: the spilled run is further from plain than rounding: losses {losses:.2e} \
+         (at most 1e-4), parameters {parameters:.2e} (at most 1e-2)"
+    );
+}
+
 #[derive(Clone, Copy, Debug)]
 enum Model {
     Cnn,
@@ -123,12 +200,12 @@ fn train<I: Backend>(model: Model, device: &I::Device, mark: impl Fn()) -> Train
     }
 }
 
-/// The device peak of the spilled model with no budget.
-fn unlimited_peak<I: Backend>(model: Model, device: &I::Device) -> u64 {
+/// The device peak of the spilled model with no budget, and its run.
+fn unlimited_peak<I: Backend>(model: Model, device: &I::Device) -> (u64, TrainRun) {
     SpillBackend::<I>::configure(device, SpillConfig::default()).unwrap();
     SpillBackend::<I>::reset_peaks(device);
-    train::<SpillBackend<I>>(model, device, || {});
-    SpillBackend::<I>::stats(device).peak.device
+    let run = train::<SpillBackend<I>>(model, device, || {});
+    (SpillBackend::<I>::stats(device).peak.device, run)
 }
 
 /// The plain run of `model`, 30% of its unlimited peak under `SpillBackend<I>`, and its preset.
@@ -137,7 +214,11 @@ fn plain_run_at_30_percent<I: Backend>(
     device: &I::Device,
 ) -> (TrainRun, u64, SpillConfig) {
     let plain = train::<I>(model, device, || {});
-    let budget = unlimited_peak::<I>(model, device) * 3 / 10;
+    let (peak, unlimited) = unlimited_peak::<I>(model, device);
+    // Nothing is evicted, so nothing drains the stream where plain does not: bit for bit on
+    // every backend, fused CUDA included.
+    assert_identical(&plain, &unlimited, &format!("{model:?} with no budget"));
+    let budget = peak * 3 / 10;
     let preset = match model {
         Model::Cnn => SpillConfig::cnn(),
         Model::Gpt => SpillConfig::transformer(),
@@ -199,7 +280,7 @@ fn training_is_exact<I: Backend>(model: Model) -> Vec<(String, SpillStats)> {
                 marked,
                 "{what}: prefetches"
             );
-            assert_identical(&plain, &spilled, &what);
+            assert_matches_plain::<I>(&plain, &spilled, &what);
             all.push((what, stats));
         }
     }
@@ -249,7 +330,7 @@ fn training_with_recompute_is_exact<I: Backend>(model: Model) {
             train::<SpillBackend<I>>(model, &device, || SpillBackend::<I>::step_begin(&device));
         SpillBackend::<I>::step_end(&device);
         let stats = SpillBackend::<I>::stats(&device).since(&before);
-        assert_identical(&plain, &spilled, &what);
+        assert_matches_plain::<I>(&plain, &spilled, &what);
         eprintln!("{what}: {:?}", stats.recompute);
         assert!(
             stats.recompute.rebuilt > 0,
