@@ -371,7 +371,11 @@ fn main() {
         Ok(other) => {
             eprintln!(
                 "error: BURN_SPILL_BENCH_BACKEND: `{other}` is not a backend this build measures alone; accepted: flex{}",
-                if cfg!(feature = "cuda") { ", cuda" } else { " (cuda needs --features cuda)" }
+                if cfg!(feature = "cuda") {
+                    ", cuda"
+                } else {
+                    " (cuda needs --features cuda)"
+                }
             );
             std::process::exit(2)
         }
