@@ -55,13 +55,19 @@ if [[ -n "$bundle" ]]; then
     mkdir -p "$bundle"
     test_binary=$(cargo test --release "${features[@]}" --test cubecl --no-run --message-format json 2>/dev/null |
         sed -n 's/.*"executable":"\([^"]*\)".*/\1/p' | tail -1)
+    if [[ -z "$test_binary" || ! -x "$test_binary" ]]; then
+        echo "error: --bundle: cargo named no test binary for tests/cubecl.rs; run" \
+            "cargo test --release ${features[*]} --test cubecl --no-run to see why" >&2
+        exit 1
+    fi
     strip -o "$bundle/cubecl" "$test_binary"
     strip -o "$bundle/resnet" target/release/examples/resnet
     strip -o "$bundle/transformer" target/release/examples/transformer
     # The same checks as below, from the bundle (run from the repository's root).
     cat >"$bundle/run.sh" <<'RUN'
 #!/usr/bin/env bash
-set -u
+# A failing test must fail its pipeline through tee.
+set -uo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 # NVRTC, which CubeCL compiles kernels with, from the CUDA toolkit (never its stubs).
 for lib in $(find /usr/local/cuda*/ -name 'libnvrtc.so*' 2>/dev/null | grep -v -e builtins -e stubs); do
