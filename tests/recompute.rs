@@ -270,6 +270,26 @@ fn both_times_rebuilds_on_the_configured_profile_and_trains_identically() {
     );
 }
 
+/// `both` under the presets' policy (`cost_aware`), which ranks a tensor that may be dropped
+/// by the cheaper of moving and rebuilding it: on an H200's figures elementwise outputs go
+/// first, and are dropped. Training stays exact.
+#[test]
+fn both_ranked_by_the_cheaper_way_back_trains_identically() {
+    let both = |config: SpillConfig| {
+        dropping(config)
+            .policy(PolicyKind::CostAware)
+            .recompute(RecomputeMode::Both)
+            .rebuild_profile("h200-pcie5")
+    };
+    let stats = marked(gpt::<Trained>, gpt::<Spilled>, 4, &both);
+    report("transformer, both ranked by cost", &stats);
+    assert!(
+        stats.recompute.rebuilt > 0,
+        "cheap rebuilds rank first: {:?}",
+        stats.recompute
+    );
+}
+
 /// Burn's checkpointing recomputes above burn-spill; burn-spill's drops must not change it.
 #[test]
 fn transformer_with_balanced_checkpointing_and_recompute_trains_identically() {

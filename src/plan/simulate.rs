@@ -666,11 +666,12 @@ impl<'a> Sim<'a> {
             {
                 continue;
             }
-            let candidate = Candidate {
+            let mut candidate = Candidate {
                 id,
                 bytes: self.size(id),
                 last_use: self.last_use.get(&id).copied().unwrap_or(0),
                 next_use,
+                rebuild: None,
             };
             if victim::needed_soon(
                 self.prefetched.contains(&id),
@@ -680,6 +681,7 @@ impl<'a> Sim<'a> {
             ) {
                 soon.push(candidate);
             } else {
+                candidate.rebuild = self.rebuild_cost(id, now);
                 later.push(candidate);
             }
         }
@@ -734,15 +736,41 @@ impl<'a> Sim<'a> {
     /// recipe is read at or after it) and the policy prefers a rebuild to a move. A dropped
     /// tensor's bytes are free at once.
     fn try_drop(&mut self, id: TensorId, now: u32, waited_for: bool) -> bool {
-        let Some(&producer) = self.recipes.get(&id) else {
+        let Some((victim, rebuild)) = self.drop_terms(id, now, waited_for) else {
             return false;
         };
+        if !recompute::prefer_recompute(self.settings.recompute, &victim, &rebuild) {
+            return false;
+        }
+        self.device -= victim.bytes;
+        self.prefetched.remove(&id);
+        self.place.insert(id, Place::Dropped);
+        self.drop_depth.insert(id, rebuild.depth);
+        self.out.drops += 1;
+        true
+    }
+
+    /// What a rebuild of `id` would cost the ops if it were dropped now, when `both` weighs it
+    /// against a move (see [`victim::CostAware`]).
+    fn rebuild_cost(&self, id: TensorId, now: u32) -> Option<std::time::Duration> {
+        if self.settings.recompute != RecomputeMode::Both {
+            return None;
+        }
+        let (victim, rebuild) = self.drop_terms(id, now, false)?;
+        (rebuild.depth < recompute::MAX_REBUILD_DEPTH)
+            .then(|| duration(recompute::exposed_rebuild_seconds(&victim, &rebuild)))
+    }
+
+    /// What moving `id` and rebuilding it would cost, if it may be dropped now: it has a
+    /// recipe and the memory rule holds (see [`try_drop`](Self::try_drop)).
+    fn drop_terms(&self, id: TensorId, now: u32, waited_for: bool) -> Option<(Victim, Rebuild)> {
+        let &producer = self.recipes.get(&id)?;
         let NextUse::In(distance) = self.next_use(id, now) else {
-            return false;
+            return None;
         };
-        let Some(rebuilt_at) = now.checked_add(distance).filter(|&at| at < self.plan.len()) else {
-            return false;
-        };
+        let rebuilt_at = now
+            .checked_add(distance)
+            .filter(|&at| at < self.plan.len())?;
         let inputs = &self.tape.ops[producer].inputs;
         let mut input_bytes = 0;
         for (k, input) in inputs.iter().enumerate() {
@@ -751,7 +779,7 @@ impl<'a> Sim<'a> {
             }
         }
         if self.plan.op_bytes(rebuilt_at).saturating_add(input_bytes) > self.settings.budget {
-            return false;
+            return None;
         }
         let mut depth = 0;
         let mut inputs_off_device = 0;
@@ -760,7 +788,7 @@ impl<'a> Sim<'a> {
             let alive =
                 place.is_some() && matches!(self.next_use(*input, rebuilt_at), NextUse::In(_));
             if !alive {
-                return false;
+                return None;
             }
             if let Some(d) = self.drop_depth.get(input) {
                 depth = depth.max(d + 1);
@@ -805,15 +833,7 @@ impl<'a> Sim<'a> {
             depth,
             inputs_off_device,
         };
-        if !recompute::prefer_recompute(self.settings.recompute, &victim, &rebuild) {
-            return false;
-        }
-        self.device -= bytes;
-        self.prefetched.remove(&id);
-        self.place.insert(id, Place::Dropped);
-        self.drop_depth.insert(id, depth);
-        self.out.drops += 1;
-        true
+        Some((victim, rebuild))
     }
 
     /// Plans the rebuild of a dropped `id` before op `op`: its recipe's inputs first (restored,

@@ -539,3 +539,74 @@ fn recompute_leaves_tensors_of_impure_ops_and_dead_inputs_alone() {
     assert_eq!(run.simulated.drops, 0, "{:?}", run.simulated);
     assert!(run.simulated.traffic.total() > 0, "{:?}", run.simulated);
 }
+
+/// `x = exp(a)` and `y` (random: no recipe) compete for the one place an op needs: `y` is
+/// used last, so a policy that weighs only moves takes it, and has to move it (it cannot be
+/// rebuilt); `x` is used sooner but is far cheaper to rebuild than to bring back.
+fn a_cheap_rebuild_against_a_later_move() -> StepTape {
+    let size = 8 * MIB;
+    tape(
+        &[
+            ("float_exp", &[1], &[2]),
+            ("float_random", &[], &[3]),
+            ("float_random", &[], &[4]),
+            ("float_random", &[], &[5]),
+            ("float_add", &[4, 5], &[6]),
+            ("float_add", &[2, 1], &[7]),
+            ("float_add", &[3, 7], &[8]),
+        ],
+        &[
+            (1, size),
+            (2, size),
+            (3, size),
+            (4, size),
+            (5, size),
+            (6, size),
+            (7, size),
+            (8, size),
+        ],
+        &[
+            (4, 5),
+            (5, 5),
+            (6, 5),
+            (1, 6),
+            (2, 6),
+            (3, 7),
+            (7, 7),
+            (8, 7),
+        ],
+    )
+}
+
+#[test]
+fn both_takes_the_victim_cheaper_to_rebuild_than_the_one_a_move_would_take() {
+    let t = a_cheap_rebuild_against_a_later_move();
+    let mut p = slow_device();
+    // Memory far faster than the link: rebuilding `x` costs next to nothing.
+    p.hbm_gb_per_s = 1000.0;
+    // Five tensors live when the add makes a sixth: one has to go.
+    let budget = 40 * MIB;
+    let with = |mode| {
+        let config = config(budget)
+            .policy(PolicyKind::CostAware)
+            .prefetch_window(0)
+            .recompute(mode);
+        dry_run(&t, &p, &config).unwrap().simulated
+    };
+    let recompute = with(RecomputeMode::Recompute);
+    assert_eq!(
+        recompute.drops, 0,
+        "`y` is the victim, and moves: {recompute:?}"
+    );
+    assert!(recompute.traffic.total() > 0, "{recompute:?}");
+    let both = with(RecomputeMode::Both);
+    assert_eq!((both.drops, both.rebuilds), (1, 1), "{both:?}");
+    assert_eq!(both.traffic.total(), 0, "{both:?}");
+    assert!(both.device_peak <= budget, "{both:?}");
+    assert!(
+        both.step_seconds < recompute.step_seconds,
+        "both {} vs recompute {}",
+        both.step_seconds,
+        recompute.step_seconds
+    );
+}

@@ -108,6 +108,7 @@ pub fn replay_per_op(tape: &StepTape, budget: u64, policy: PolicyKind) -> (Repla
                         .get(&id)
                         .and_then(|u| u.iter().find(|&&u| u >= now))
                         .map_or(NextUse::Never, |u| NextUse::In(u - now)),
+                    rebuild: None,
                 })
                 .collect();
             order(

@@ -21,6 +21,10 @@ pub struct Candidate {
     pub last_use: u64,
     /// How far away its next use is.
     pub next_use: NextUse,
+    /// What rebuilding it would cost the ops, when it may be dropped instead of moved (under
+    /// [`RecomputeMode::Both`](super::RecomputeMode::Both)): `CostAware` weighs the cheaper of
+    /// the two ways back.
+    pub rebuild: Option<Duration>,
 }
 
 /// Measured cost of bringing bytes back.
@@ -92,7 +96,8 @@ impl VictimPolicy for NextUsePolicy {
 }
 
 /// Lowest `cost to bring back / (bytes x distance to next use)` first: big tensors used late
-/// are cheap to have away per byte freed; small tensors pay the per-transfer latency.
+/// are cheap to have away per byte freed; small tensors pay the per-transfer latency. The cost
+/// to bring back is the cheaper of a restore and, for a tensor that may be dropped, a rebuild.
 #[derive(Debug, Clone, Copy)]
 pub struct CostAware {
     /// Distance assumed for a tensor the plan cannot place.
@@ -108,7 +113,9 @@ impl VictimPolicy for CostAware {
             return 0.0;
         }
         let freed = c.bytes.max(1) as f64 * f64::from(distance.max(1));
-        self.bandwidth.seconds(c.bytes) / freed
+        let moved = self.bandwidth.seconds(c.bytes);
+        let back = c.rebuild.map_or(moved, |r| moved.min(r.as_secs_f64()));
+        back / freed
     }
 }
 
@@ -235,6 +242,7 @@ mod tests {
             bytes,
             last_use,
             next_use,
+            rebuild: None,
         }
     }
 
@@ -296,6 +304,34 @@ mod tests {
         assert!((score - 0.002 / 4000.0).abs() < 1e-15, "{score}");
         let unknown = policy.rank(&c(1, 1000, 0, NextUse::Unknown));
         assert!((unknown - 0.002 / 100_000.0).abs() < 1e-15, "{unknown}");
+    }
+
+    #[test]
+    fn cost_aware_weighs_the_cheaper_of_a_restore_and_a_rebuild() {
+        // 1 MiB at 10 GB/s plus 10 us: about 115 us back by the link.
+        let later = c(1, 1 << 20, 1, NextUse::In(20));
+        let mut sooner = c(2, 1 << 20, 2, NextUse::In(10));
+        assert_eq!(
+            ids(PolicyKind::CostAware, Some(30), vec![later, sooner]),
+            vec![1, 2]
+        );
+        // Rebuilt in 5 us, the sooner one is cheaper to have away.
+        sooner.rebuild = Some(Duration::from_micros(5));
+        assert_eq!(
+            ids(PolicyKind::CostAware, Some(30), vec![later, sooner]),
+            vec![2, 1]
+        );
+        // A rebuild dearer than the link changes nothing; the other policies never weigh it.
+        sooner.rebuild = Some(Duration::from_secs(1));
+        assert_eq!(
+            ids(PolicyKind::CostAware, Some(30), vec![later, sooner]),
+            vec![1, 2]
+        );
+        sooner.rebuild = Some(Duration::from_micros(5));
+        assert_eq!(
+            ids(PolicyKind::NextUse, Some(30), vec![later, sooner]),
+            vec![1, 2]
+        );
     }
 
     #[test]

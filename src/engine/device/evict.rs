@@ -13,6 +13,7 @@ use crate::policy::plan::{NextUse, NextUseMemo};
 use crate::policy::victim::{self, Bandwidth};
 
 use super::prefetch::Room;
+use super::recompute::DropContext;
 use super::step::Placement;
 use super::{DeviceEngine, Limits, lock};
 use crate::policy::handoff::MEASURED_MOVES;
@@ -97,7 +98,13 @@ impl DeviceEngine {
             if evicted >= slice {
                 return Eviction::Sliced;
             }
-            let candidates = self.victims(Tier::Device, committed - target, &tried, beyond);
+            let candidates = self.victims(
+                Tier::Device,
+                committed - target,
+                &tried,
+                beyond,
+                drops.as_ref(),
+            );
             if candidates.is_empty() {
                 return Eviction::Stuck;
             }
@@ -218,13 +225,16 @@ impl DeviceEngine {
     /// The next victims of `tier` worth `want` bytes, in the policy's order. Without a plan (or
     /// under LRU) the coldest first. Tensors whose next use is within the prefetch window are
     /// taken only when nothing else is left. With `beyond`, only tensors next used after that
-    /// absolute position are taken (those with no known next use count as used last).
+    /// absolute position are taken (those with no known next use count as used last). With
+    /// `drops` in `both` mode, a tensor that may be dropped is ranked by the cheaper of moving
+    /// and rebuilding it.
     pub(super) fn victims(
         &self,
         tier: Tier,
         want: u64,
         tried: &FastSet<TensorId>,
         beyond: Option<u64>,
+        drops: Option<&DropContext>,
     ) -> Vec<Candidate> {
         let limits = self.limits();
         let (plan, generation) = match self.plan_and_generation() {
@@ -279,6 +289,7 @@ impl DeviceEngine {
                 bytes: r.bytes,
                 last_use: r.last_use,
                 next_use,
+                rebuild: None,
             };
             if victim::needed_soon(r.prefetched, next_use, window, lead) {
                 soon.push(candidate);
@@ -288,6 +299,15 @@ impl DeviceEngine {
             looked_up
         });
         drop(leads);
+        if let Some(drops) = drops.filter(|d| d.weighs_rebuilds()) {
+            // A rebuild's cost reads its recipe's inputs and the plan under their own locks:
+            // priced with the index let go (and the upgraded handles dropped before it is taken
+            // again: a handle's drop takes it).
+            let upgraded = index.upgrade(later.iter().map(|c| c.id));
+            drop(index);
+            self.price_rebuilds(&mut later, upgraded, drops);
+            index = lock(&self.index);
+        }
         let picked = victim::pick(
             limits.policy,
             Some(plan.len()),
@@ -298,6 +318,22 @@ impl DeviceEngine {
             beyond.is_none(),
         );
         index.upgrade(picked)
+    }
+
+    /// Sets the rebuild cost of each of `later` that may be dropped (`upgraded`: those still
+    /// alive, in the same order).
+    fn price_rebuilds(
+        &self,
+        later: &mut [victim::Candidate],
+        upgraded: Vec<Candidate>,
+        drops: &DropContext,
+    ) {
+        let mut upgraded = upgraded.into_iter().peekable();
+        for candidate in later {
+            if let Some(alive) = upgraded.next_if(|u| u.id == candidate.id) {
+                candidate.rebuild = self.rebuild_cost(&alive, drops);
+            }
+        }
     }
 
     /// What bringing a tensor back from where a victim of `tier` goes costs, as measured.
@@ -335,7 +371,7 @@ impl DeviceEngine {
             if resident <= limit {
                 return;
             }
-            let candidates = self.victims(Tier::Host, resident - limit, &tried, None);
+            let candidates = self.victims(Tier::Host, resident - limit, &tried, None, None);
             if candidates.is_empty() {
                 return;
             }

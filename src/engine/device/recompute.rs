@@ -3,6 +3,7 @@
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
+use std::time::Duration;
 
 use crate::engine::index::{Candidate, RebuildPlan};
 use crate::engine::ledger::Direction;
@@ -27,6 +28,13 @@ pub(super) struct DropContext {
     link_utilization: f64,
     asynchronous: bool,
     times: RebuildTimes,
+}
+
+impl DropContext {
+    /// Whether victims are ranked by the cheaper of a move and a rebuild (`both`).
+    pub(super) fn weighs_rebuilds(&self) -> bool {
+        self.mode == RecomputeMode::Both
+    }
 }
 
 impl DeviceEngine {
@@ -61,12 +69,38 @@ impl DeviceEngine {
     /// policy prefers rebuilding it to moving it. Returns whether it was dropped (the caller
     /// marks it in the index).
     pub(super) fn try_drop(&self, candidate: &Candidate, context: &DropContext) -> bool {
-        let Some(recipe) = candidate.victim.rebuild_plan() else {
+        let Some((victim, rebuild)) = self.drop_terms(candidate, context) else {
             return false;
         };
-        let Some(next_use) = self.next_use_if_inputs_outlive_it(candidate, &recipe, context) else {
-            return false;
-        };
+        recompute::prefer_recompute(context.mode, &victim, &rebuild)
+            && candidate.victim.drop_for_rebuild(self)
+    }
+
+    /// What a rebuild of `candidate` would cost the ops if it were dropped now, when the mode
+    /// weighs rebuilds against moves (`both`): the victim policy ranks it by the cheaper of
+    /// the two ways back. `None` when it may not be dropped.
+    pub(super) fn rebuild_cost(
+        &self,
+        candidate: &Candidate,
+        context: &DropContext,
+    ) -> Option<Duration> {
+        if !context.weighs_rebuilds() {
+            return None;
+        }
+        let (victim, rebuild) = self.drop_terms(candidate, context)?;
+        (rebuild.depth < recompute::MAX_REBUILD_DEPTH)
+            .then(|| Duration::from_secs_f64(recompute::exposed_rebuild_seconds(&victim, &rebuild)))
+    }
+
+    /// What moving `candidate` and rebuilding it would cost, if it has a recipe and the memory
+    /// rule holds.
+    fn drop_terms(
+        &self,
+        candidate: &Candidate,
+        context: &DropContext,
+    ) -> Option<(Victim, Rebuild)> {
+        let recipe = candidate.victim.rebuild_plan()?;
+        let next_use = self.next_use_if_inputs_outlive_it(candidate, &recipe, context)?;
         // A worker's copy runs behind the ops; on the op's thread, the op waits for it.
         let on_op_thread = OnOpThread {
             evict: !on_worker(),
@@ -90,8 +124,7 @@ impl DeviceEngine {
             op_time: context.times.op_time(recipe.rebuild.op_time, &recipe.cost),
             ..recipe.rebuild
         };
-        recompute::prefer_recompute(context.mode, &victim, &rebuild)
-            && candidate.victim.drop_for_rebuild(self)
+        Some((victim, rebuild))
     }
 
     /// The memory rule: the distance to the candidate's next use in this step, if every input
