@@ -645,6 +645,7 @@ impl<'a> Sim<'a> {
         want: u64,
         pinned: &HashSet<TensorId>,
         beyond: Option<u32>,
+        waited_for: bool,
     ) -> Vec<TensorId> {
         let window = self.settings.prefetch_window.min(self.plan.len());
         let (mut later, mut soon) = (Vec::new(), Vec::new());
@@ -681,7 +682,7 @@ impl<'a> Sim<'a> {
             ) {
                 soon.push(candidate);
             } else {
-                candidate.rebuild = self.rebuild_cost(id, now);
+                candidate.rebuild = self.rebuild_cost(id, now, waited_for);
                 later.push(candidate);
             }
         }
@@ -719,7 +720,7 @@ impl<'a> Sim<'a> {
         if staying <= target {
             return freed_at;
         }
-        for id in self.victims(now, staying - target, pinned, beyond) {
+        for id in self.victims(now, staying - target, pinned, beyond, waited_for) {
             if self.device - self.leaving <= target {
                 break;
             }
@@ -752,12 +753,18 @@ impl<'a> Sim<'a> {
 
     /// What a rebuild of `id` would cost the ops if it were dropped now, when `both` weighs it
     /// against a move (see [`victim::CostAware`]).
-    fn rebuild_cost(&self, id: TensorId, now: u32) -> Option<std::time::Duration> {
-        if self.settings.recompute != RecomputeMode::Both {
+    fn rebuild_cost(
+        &self,
+        id: TensorId,
+        now: u32,
+        waited_for: bool,
+    ) -> Option<std::time::Duration> {
+        if !recompute::ranks_by_rebuild(self.settings.recompute, self.link_utilization) {
             return None;
         }
-        let (victim, rebuild) = self.drop_terms(id, now, false)?;
-        (rebuild.depth < recompute::MAX_REBUILD_DEPTH)
+        let (victim, rebuild) = self.drop_terms(id, now, waited_for)?;
+        // Only a victim that would be dropped is worth its rebuild's cost (as in the engine).
+        recompute::prefer_recompute(self.settings.recompute, &victim, &rebuild)
             .then(|| duration(recompute::exposed_rebuild_seconds(&victim, &rebuild)))
     }
 

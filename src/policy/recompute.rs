@@ -271,6 +271,26 @@ pub fn move_exposures(
     (behind_the_ops(on_op_thread.evict), restore)
 }
 
+/// The link utilization (see [`move_exposures`]) from which [`RecomputeMode::Both`] ranks
+/// victims by the cheaper of a move and a rebuild.
+///
+/// With the link busy most of the step, every byte not moved shortens it, and a cheap rebuild
+/// should go before a move of a tensor used later. With the link mostly idle, moves hide behind
+/// the ops, while a rebuild's bytes come back when its op comes, and the room for them is an
+/// eviction that op waits for: taking droppable tensors first then costs more than the moves it
+/// saves. Chosen on the planner's predictions (`scripts/plan-gpu-scale.sh`, cost_aware, window
+/// 512, at 50/33/25% of the peak): ResNet-50 on `gh200-c2c`, whose link is busy 31-51% of its
+/// steps, went from +12.4% to +31.4% at 33% when ranked by rebuilds; on `h200-pcie5` and
+/// `a100-pcie4`, busy 87-100%, ResNet-50 at 50% went from +10.0% to +3.3% and from +32.0% to
+/// +19.2%.
+pub const RANK_REBUILDS_FROM_UTILIZATION: f64 = 0.8;
+
+/// Whether victims are ranked by the cheaper of a move and a rebuild: in `both` mode, on a link
+/// busy at least [`RANK_REBUILDS_FROM_UTILIZATION`] of the step.
+pub fn ranks_by_rebuild(mode: RecomputeMode, link_utilization: f64) -> bool {
+    mode == RecomputeMode::Both && link_utilization >= RANK_REBUILDS_FROM_UTILIZATION
+}
+
 /// Whether to drop `victim` (to be rebuilt by `rebuild`) rather than move it. The caller has
 /// checked the memory rule (see the module docs).
 pub fn prefer_recompute(mode: RecomputeMode, victim: &Victim, rebuild: &Rebuild) -> bool {
@@ -408,6 +428,18 @@ mod tests {
             &mb,
             &rebuild(1_500, 1)
         ));
+    }
+
+    #[test]
+    fn victims_are_ranked_by_rebuilds_only_in_both_on_a_busy_link() {
+        assert!(ranks_by_rebuild(RecomputeMode::Both, 1.0));
+        assert!(ranks_by_rebuild(
+            RecomputeMode::Both,
+            RANK_REBUILDS_FROM_UTILIZATION
+        ));
+        assert!(!ranks_by_rebuild(RecomputeMode::Both, 0.5));
+        assert!(!ranks_by_rebuild(RecomputeMode::Recompute, 1.0));
+        assert!(!ranks_by_rebuild(RecomputeMode::Swap, 1.0));
     }
 
     #[test]

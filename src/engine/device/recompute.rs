@@ -31,9 +31,10 @@ pub(super) struct DropContext {
 }
 
 impl DropContext {
-    /// Whether victims are ranked by the cheaper of a move and a rebuild (`both`).
+    /// Whether victims are ranked by the cheaper of a move and a rebuild (`both`, on a busy
+    /// link: see [`recompute::ranks_by_rebuild`]).
     pub(super) fn weighs_rebuilds(&self) -> bool {
-        self.mode == RecomputeMode::Both
+        recompute::ranks_by_rebuild(self.mode, self.link_utilization)
     }
 }
 
@@ -78,7 +79,7 @@ impl DeviceEngine {
 
     /// What a rebuild of `candidate` would cost the ops if it were dropped now, when the mode
     /// weighs rebuilds against moves (`both`): the victim policy ranks it by the cheaper of
-    /// the two ways back. `None` when it may not be dropped.
+    /// the two ways back. `None` when it may not be dropped, or would be moved if taken.
     pub(super) fn rebuild_cost(
         &self,
         candidate: &Candidate,
@@ -88,7 +89,9 @@ impl DeviceEngine {
             return None;
         }
         let (victim, rebuild) = self.drop_terms(candidate, context)?;
-        (rebuild.depth < recompute::MAX_REBUILD_DEPTH)
+        // Only a victim that would be dropped is worth its rebuild's cost: one that would be
+        // moved costs its move.
+        recompute::prefer_recompute(context.mode, &victim, &rebuild)
             .then(|| Duration::from_secs_f64(recompute::exposed_rebuild_seconds(&victim, &rebuild)))
     }
 
