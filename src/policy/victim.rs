@@ -310,28 +310,19 @@ mod tests {
     fn cost_aware_weighs_the_cheaper_of_a_restore_and_a_rebuild() {
         // 1 MiB at 10 GB/s plus 10 us: about 115 us back by the link.
         let later = c(1, 1 << 20, 1, NextUse::In(20));
-        let mut sooner = c(2, 1 << 20, 2, NextUse::In(10));
-        assert_eq!(
-            ids(PolicyKind::CostAware, Some(30), vec![later, sooner]),
-            vec![1, 2]
-        );
+        let sooner = |rebuild: Option<Duration>| Candidate {
+            rebuild,
+            ..c(2, 1 << 20, 2, NextUse::In(10))
+        };
+        let order = |kind, rebuild| ids(kind, Some(30), vec![later, sooner(rebuild)]);
+        assert_eq!(order(PolicyKind::CostAware, None), vec![1, 2]);
         // Rebuilt in 5 us, the sooner one is cheaper to have away.
-        sooner.rebuild = Some(Duration::from_micros(5));
-        assert_eq!(
-            ids(PolicyKind::CostAware, Some(30), vec![later, sooner]),
-            vec![2, 1]
-        );
+        let cheap = Some(Duration::from_micros(5));
+        assert_eq!(order(PolicyKind::CostAware, cheap), vec![2, 1]);
         // A rebuild dearer than the link changes nothing; the other policies never weigh it.
-        sooner.rebuild = Some(Duration::from_secs(1));
-        assert_eq!(
-            ids(PolicyKind::CostAware, Some(30), vec![later, sooner]),
-            vec![1, 2]
-        );
-        sooner.rebuild = Some(Duration::from_micros(5));
-        assert_eq!(
-            ids(PolicyKind::NextUse, Some(30), vec![later, sooner]),
-            vec![1, 2]
-        );
+        let dear = Some(Duration::from_secs(1));
+        assert_eq!(order(PolicyKind::CostAware, dear), vec![1, 2]);
+        assert_eq!(order(PolicyKind::NextUse, cheap), vec![1, 2]);
     }
 
     #[test]
