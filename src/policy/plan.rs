@@ -74,6 +74,7 @@ impl NextUseMemo {
     /// What [`UsePlan::next_use`] answers for `key` at position `now` of `step` under plan
     /// `plan`, if this memo can tell: the same plan, key and step, at or after the position it
     /// was asked at, and no further on than the use it found (past it, the next use is another).
+    #[inline]
     pub fn at(&self, plan: u64, key: KeyAt, step: u64, now: u32) -> Option<NextUse> {
         if self.plan != plan || self.step != step || self.key != key || now < self.now {
             return None;

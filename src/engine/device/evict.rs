@@ -261,7 +261,7 @@ impl DeviceEngine {
         index.visit_unpinned(tier, tried, |r| {
             // A next use an earlier pass of this step looked up still holds unless the tensor
             // was read since: a pass every few ops would otherwise look up every resident again.
-            let (next_use, looked_up) = match r.key {
+            let (next_use, looked_up) = match r.key.copied() {
                 None => (NextUse::Unknown, None),
                 Some(key) => match r.next_use.and_then(|m| m.at(generation, key, step, now)) {
                     Some(next) => (next, None),
