@@ -303,25 +303,27 @@ fn training_is_exact<I: Backend>(model: Model) -> Vec<(String, SpillStats)> {
     all
 }
 
-/// Training at 30% with victims dropped and rebuilt from their recipes (under `next_use` with
-/// the preset's prefetch), synchronous and asynchronous: a rebuild runs the kernel again on the
-/// op thread's stream, and a drop on a worker frees on that stream too. The asynchronous run
-/// weighs each rebuild against a move (`both`) with the default GPU profile's kernel times,
-/// as a CubeCL backend does unless told otherwise; the synchronous one drops what it may.
+/// Training at 30% with victims dropped and rebuilt from their recipes (with the preset's
+/// prefetch), synchronous and asynchronous: a rebuild runs the kernel again on the op thread's
+/// stream, and a drop on a worker frees on that stream too. The asynchronous runs weigh each
+/// rebuild against a move (`both`) with the default GPU profile's kernel times, as a CubeCL
+/// backend does unless told otherwise, under `next_use` and under `cost_aware` (the presets'
+/// policy, which also ranks victims by the cheaper of the two while the link is busy: their
+/// rebuild costs are read on the workers' passes too); the synchronous one drops what it may.
 fn training_with_recompute_is_exact<I: Backend>(model: Model) {
+    use burn_spill::RecomputeMode;
     let device = I::Device::default();
     let _reset = Reset::<I>(device.clone());
     let (plain, budget, preset) = plain_run_at_30_percent::<I>(model, &device);
-    for asynchronous in [true, false] {
-        let mode = if asynchronous {
-            burn_spill::RecomputeMode::Both
-        } else {
-            burn_spill::RecomputeMode::Recompute
-        };
-        let what = format!("{model:?} at 30% ({budget} B), {mode}, async {asynchronous}");
+    for (asynchronous, mode, policy) in [
+        (true, RecomputeMode::Both, PolicyKind::NextUse),
+        (false, RecomputeMode::Recompute, PolicyKind::NextUse),
+        (true, RecomputeMode::Both, PolicyKind::CostAware),
+    ] {
+        let what = format!("{model:?} at 30% ({budget} B), {mode}, {policy}, async {asynchronous}");
         let config = preset
             .clone()
-            .policy(PolicyKind::NextUse)
+            .policy(policy)
             .recompute(mode)
             .device_budget_bytes(budget)
             .asynchronous(asynchronous);

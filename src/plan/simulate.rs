@@ -759,7 +759,11 @@ impl<'a> Sim<'a> {
         now: u32,
         waited_for: bool,
     ) -> Option<std::time::Duration> {
-        if !recompute::ranks_by_rebuild(self.settings.recompute, self.link_utilization) {
+        if !recompute::ranks_by_rebuild(
+            self.settings.recompute,
+            self.settings.policy,
+            self.link_utilization,
+        ) {
             return None;
         }
         let (victim, rebuild) = self.drop_terms(id, now, waited_for)?;

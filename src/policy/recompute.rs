@@ -25,6 +25,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+use super::PolicyKind;
 use super::victim::Bandwidth;
 use crate::SpillError;
 use crate::plan::cost::{self, KernelModel, OpCost};
@@ -285,10 +286,14 @@ pub fn move_exposures(
 /// +19.2%.
 pub const RANK_REBUILDS_FROM_UTILIZATION: f64 = 0.8;
 
-/// Whether victims are ranked by the cheaper of a move and a rebuild: in `both` mode, on a link
-/// busy at least [`RANK_REBUILDS_FROM_UTILIZATION`] of the step.
-pub fn ranks_by_rebuild(mode: RecomputeMode, link_utilization: f64) -> bool {
-    mode == RecomputeMode::Both && link_utilization >= RANK_REBUILDS_FROM_UTILIZATION
+/// Whether victims are ranked by the cheaper of a move and a rebuild: in `both` mode, under
+/// [`CostAware`](super::victim::CostAware) (the only policy that weighs what bringing a tensor
+/// back costs, so the only one a rebuild's cost could reorder), on a link busy at least
+/// [`RANK_REBUILDS_FROM_UTILIZATION`] of the step.
+pub fn ranks_by_rebuild(mode: RecomputeMode, policy: PolicyKind, link_utilization: f64) -> bool {
+    mode == RecomputeMode::Both
+        && policy == PolicyKind::CostAware
+        && link_utilization >= RANK_REBUILDS_FROM_UTILIZATION
 }
 
 /// Whether to drop `victim` (to be rebuilt by `rebuild`) rather than move it. The caller has
@@ -431,15 +436,24 @@ mod tests {
     }
 
     #[test]
-    fn victims_are_ranked_by_rebuilds_only_in_both_on_a_busy_link() {
-        assert!(ranks_by_rebuild(RecomputeMode::Both, 1.0));
+    fn victims_are_ranked_by_rebuilds_only_in_both_under_cost_aware_on_a_busy_link() {
+        let cost_aware = PolicyKind::CostAware;
+        assert!(ranks_by_rebuild(RecomputeMode::Both, cost_aware, 1.0));
         assert!(ranks_by_rebuild(
             RecomputeMode::Both,
+            cost_aware,
             RANK_REBUILDS_FROM_UTILIZATION
         ));
-        assert!(!ranks_by_rebuild(RecomputeMode::Both, 0.5));
-        assert!(!ranks_by_rebuild(RecomputeMode::Recompute, 1.0));
-        assert!(!ranks_by_rebuild(RecomputeMode::Swap, 1.0));
+        assert!(!ranks_by_rebuild(RecomputeMode::Both, cost_aware, 0.5));
+        assert!(!ranks_by_rebuild(RecomputeMode::Recompute, cost_aware, 1.0));
+        assert!(!ranks_by_rebuild(RecomputeMode::Swap, cost_aware, 1.0));
+        // The other policies never read a rebuild's cost: nothing is priced for them.
+        assert!(!ranks_by_rebuild(
+            RecomputeMode::Both,
+            PolicyKind::NextUse,
+            1.0
+        ));
+        assert!(!ranks_by_rebuild(RecomputeMode::Both, PolicyKind::Lru, 1.0));
     }
 
     #[test]

@@ -9,6 +9,7 @@ use crate::engine::index::{Candidate, RebuildPlan};
 use crate::engine::ledger::Direction;
 use crate::engine::slot::Tier;
 use crate::engine::transfer::on_worker;
+use crate::policy::PolicyKind;
 use crate::policy::plan::{NextUse, UsePlan};
 use crate::policy::recompute::{self, OnOpThread, Rebuild, RebuildTimes, RecomputeMode, Victim};
 use crate::policy::victim::Bandwidth;
@@ -18,6 +19,7 @@ use super::{DeviceEngine, Limits, lock};
 /// What one eviction pass needs to decide drops: read once per pass.
 pub(super) struct DropContext {
     mode: RecomputeMode,
+    policy: PolicyKind,
     budget: u64,
     plan: Arc<UsePlan>,
     step: u64,
@@ -31,10 +33,10 @@ pub(super) struct DropContext {
 }
 
 impl DropContext {
-    /// Whether victims are ranked by the cheaper of a move and a rebuild (`both`, on a busy
-    /// link: see [`recompute::ranks_by_rebuild`]).
+    /// Whether victims are ranked by the cheaper of a move and a rebuild (`both` under
+    /// `cost_aware`, on a busy link: see [`recompute::ranks_by_rebuild`]).
     pub(super) fn weighs_rebuilds(&self) -> bool {
-        recompute::ranks_by_rebuild(self.mode, self.link_utilization)
+        recompute::ranks_by_rebuild(self.mode, self.policy, self.link_utilization)
     }
 }
 
@@ -53,6 +55,7 @@ impl DeviceEngine {
         let moves = self.ledger.moves(Direction::DeviceToHost);
         Some(DropContext {
             mode: limits.recompute,
+            policy: limits.policy,
             budget: limits.budget?,
             plan,
             step,
