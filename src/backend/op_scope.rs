@@ -378,18 +378,20 @@ impl<B: Backend> OpScope<B> {
     }
 
     /// The primitive of an input, restored if it was spilled.
+    #[inline]
     pub(crate) fn take(&mut self, tensor: SpillTensor<B>) -> Primitive<B> {
-        let (primitive, retired) = tensor.take_primitive();
         // Consumed inputs stay alive until the op's outputs are counted (budget) and the op is
         // recorded before their drops (tape).
-        if let Some(retired) = retired
-            && (self.engine.is_some() || self.recording.is_some())
-        {
-            self.retired.push(retired);
-        }
-        primitive
+        let keeps_retired = self.engine.is_some() || self.recording.is_some();
+        let retired = &mut self.retired;
+        tensor.take_primitive(|handle| {
+            if keeps_retired {
+                retired.push(handle);
+            }
+        })
     }
 
+    #[inline]
     pub(crate) fn take_float(&mut self, tensor: SpillTensor<B>) -> B::FloatTensorPrimitive {
         tensor.expect_kind(TensorKind::Float);
         match self.take(tensor) {
@@ -398,6 +400,7 @@ impl<B: Backend> OpScope<B> {
         }
     }
 
+    #[inline]
     pub(crate) fn take_int(&mut self, tensor: SpillTensor<B>) -> B::IntTensorPrimitive {
         tensor.expect_kind(TensorKind::Int);
         match self.take(tensor) {
@@ -406,6 +409,7 @@ impl<B: Backend> OpScope<B> {
         }
     }
 
+    #[inline]
     pub(crate) fn take_bool(&mut self, tensor: SpillTensor<B>) -> B::BoolTensorPrimitive {
         tensor.expect_kind(TensorKind::Bool);
         match self.take(tensor) {
@@ -414,6 +418,7 @@ impl<B: Backend> OpScope<B> {
         }
     }
 
+    #[inline]
     pub(crate) fn take_quantized(&mut self, tensor: SpillTensor<B>) -> B::QuantizedTensorPrimitive {
         tensor.expect_kind(TensorKind::Quantized);
         match self.take(tensor) {

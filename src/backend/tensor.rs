@@ -126,6 +126,7 @@ impl<B: Backend> Handle<B> {
     }
 
     /// The lock an op reads the bytes under: it waits for a transfer in flight (stall time).
+    #[inline]
     fn lock_for_use(&self) -> MutexGuard<'_, State<B>> {
         let (guard, waited) = self.state.lock_settled();
         self.engine.stalled(waited);
@@ -257,6 +258,7 @@ impl<B: Backend> Handle<B> {
     /// The lock an op reads the bytes under, with them on the device: rebuilt first if they
     /// were dropped, restored if spilled. Returns whether they were restored (see
     /// [`after_restore`](Self::after_restore)).
+    #[inline]
     fn lock_resident(&self) -> (MutexGuard<'_, State<B>>, bool) {
         let mut state = self.lock_for_use();
         while matches!(*state, Residency::Dropped) {
@@ -320,9 +322,11 @@ impl<B: Backend> Drop for Handle<B> {
     fn drop(&mut self) {
         // Dropping a lazy backend's primitive may register a free (see `DeviceQueues::exclusive`).
         let _exclusive = self.engine.queues().exclusive();
-        let state = std::mem::replace(self.state.get_mut(), Residency::Taken);
+        let state = self.state.get_mut();
         self.engine
             .drop_slot(state, self.bytes, self.role, self.evictable);
+        // The bytes go now, under the exclusive-work lock (a field would drop after it).
+        *state = Residency::Taken;
         if self.engine.recorder().is_enabled() {
             self.engine.recorder().record_drop(self.id);
         }
@@ -555,9 +559,11 @@ impl<B: Backend> SpillTensor<B> {
 
     /// The inner primitive for an op that consumes this handle, restored to the device first if
     /// it was spilled: moved out when this is the last clone (so `B` can work in place), cloned
-    /// otherwise. A consumed handle is returned too, emptied, so that an op scope can keep its
-    /// bytes counted until the op's outputs exist.
-    pub(crate) fn take_primitive(self) -> (Primitive<B>, Option<RetiredHandle<B>>) {
+    /// otherwise. A consumed handle goes to `retire`, emptied, so that an op scope can keep its
+    /// bytes counted until the op's outputs exist. (Handed over rather than returned beside the
+    /// primitive: a large primitive returned in a pair is copied twice more per op.)
+    #[inline]
+    pub(crate) fn take_primitive(self, retire: impl FnOnce(RetiredHandle<B>)) -> Primitive<B> {
         // The last strong reference cannot gain a sibling except through the engine's weak
         // index, and an evictor that upgrades one finds the state `Taken` and lets it be. The
         // handle stays in its `Arc`: moving it out would copy the whole struct twice per op.
@@ -578,7 +584,10 @@ impl<B: Backend> SpillTensor<B> {
         };
         drop(state);
         self.handle.after_restore(moved);
-        (primitive, unique.then(|| RetiredHandle(self.handle)))
+        if unique {
+            retire(RetiredHandle(self.handle));
+        }
+        primitive
     }
 
     /// Runs `f` on a borrowed inner primitive (for `B` methods that take `&tensor`), restoring it

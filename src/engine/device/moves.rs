@@ -430,7 +430,7 @@ impl DeviceEngine {
     /// Accounts for a dropped tensor's bytes wherever they were, freeing its spill record.
     pub fn drop_slot<D, H>(
         &self,
-        slot: Residency<D, H>,
+        slot: &Residency<D, H>,
         bytes: u64,
         role: crate::engine::TensorRole,
         evictable: bool,
@@ -441,9 +441,9 @@ impl DeviceEngine {
         let tier = match slot {
             Residency::Device(_) | Residency::Taken => Tier::Device,
             Residency::Host { .. } => Tier::Host,
-            Residency::InFlight { from } => from,
+            Residency::InFlight { from } => *from,
             Residency::Disk(record) => {
-                self.free_record(&record);
+                self.free_record(record);
                 Tier::Disk
             }
             Residency::Dropped => return self.ledger.on_drop_while_dropped(bytes, role),
