@@ -396,18 +396,31 @@ impl PeriodDetector {
         r <= self.run_limit() && self.hash(n - r, n - p) == self.hash(n - r + p, n)
     }
 
-    /// The run of period `p` ending now, by binary search (a `p`-periodic suffix stays periodic
-    /// when shortened, so the predicate is monotone).
+    /// The run of period `p` ending now (a `p`-periodic suffix stays periodic when shortened,
+    /// so the predicate is monotone): by galloping out from the period (`p + 1`, `p + 2`,
+    /// `p + 4`, ...) to the first length that fails, then a binary search below it. Most
+    /// proposed periods fail at once or within a few ops, so this costs a few comparisons where
+    /// a binary search over every length in the rings (up to `2 max`) took about 2 log2(max)
+    /// hashes for each, which on a stream whose period keeps changing was most of an op's time.
     fn measure_run(&self, p: usize) -> usize {
-        let (mut lo, mut hi) = (p, self.run_limit());
-        if hi < lo {
+        let limit = self.run_limit();
+        if limit <= p {
             return p;
         }
-        // Most distances fail at once (not even one op past the period repeats): one comparison
-        // instead of the whole search, with the same answer (the suffix test is monotone).
-        if hi > lo && !self.periodic_suffix(p, p + 1) {
-            return p;
-        }
+        let mut periodic = p;
+        let mut step = 1;
+        let failed = loop {
+            let probe = p.saturating_add(step).min(limit);
+            if !self.periodic_suffix(p, probe) {
+                break probe;
+            }
+            if probe == limit {
+                return limit;
+            }
+            periodic = probe;
+            step *= 2;
+        };
+        let (mut lo, mut hi) = (periodic, failed - 1);
         while lo < hi {
             let mid = lo + (hi - lo).div_ceil(2);
             if self.periodic_suffix(p, mid) {
@@ -760,6 +773,41 @@ mod tests {
             op_signature("split", [&[2usize][..], &[3, 4][..]])
         );
         assert_ne!(op_signature("f", []), op_signature("f", [&[][..]]));
+    }
+
+    #[test]
+    fn a_measured_run_is_the_longest_periodic_suffix() {
+        // Streams over two or three signatures with stretches of one repeated: runs of every
+        // length, from none past the period to the whole ring (a small one, so the limit is hit).
+        let mut state = 0x9e37_79b9_7f4a_7c15_u64;
+        let mut next = move || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state
+        };
+        for round in 0..40 {
+            let mut d = PeriodDetector::new(1, 24);
+            let mut stream = Vec::new();
+            for _ in 0..120 {
+                let sig = if round % 2 == 0 && next() % 4 != 0 {
+                    stream.last().copied().unwrap_or(0)
+                } else {
+                    next() % 3
+                };
+                stream.push(sig);
+                d.push(sig);
+                let n = stream.len();
+                for p in 1..=24.min(n) {
+                    let limit = n.min(d.ring - 1);
+                    let naive = (p..=limit)
+                        .take_while(|&r| (n - r..n - p).all(|i| stream[i] == stream[i + p]))
+                        .last()
+                        .unwrap_or(p);
+                    assert_eq!(d.measure_run(p), naive, "period {p} after {n} ops");
+                }
+            }
+        }
     }
 
     #[test]
