@@ -83,7 +83,8 @@ struct Entry {
     in_flight: bool,
     /// It came back by prefetch and no op has read it since.
     prefetched: bool,
-    /// While spilled: the absolute position (see [`absolute`]) of its next use, if known.
+    /// While spilled: the absolute position (see [`absolute`]) from which a prefetch wants it
+    /// (its next use, less any lead it earned), if known.
     due: Option<u64>,
     /// The stamp of its current place in its tier's queue (older places are stale).
     stamp: u64,
@@ -165,8 +166,8 @@ pub(crate) struct Index {
     cold: [VecDeque<(u64, TensorId)>; 3],
     /// The last stamp given.
     stamp: u64,
-    /// (next use, id) of spilled tensors whose next use is known: what the prefetcher reads,
-    /// so that it looks at the few tensors due soon rather than at every spilled one.
+    /// (due, id) of spilled tensors whose next use is known: what the prefetcher reads, so
+    /// that it looks at the few tensors due soon rather than at every spilled one.
     due: BTreeSet<(u64, TensorId)>,
     /// Output bytes learnt per op signature (see `DeviceEngine::begin_op`). Not the index's
     /// own job, but every op that reads the index reads these too: one lock, not two.
@@ -326,7 +327,7 @@ impl Index {
         self.entries.get(&id).and_then(|e| e.key)
     }
 
-    /// Sets (or clears) when a spilled tensor is next used.
+    /// Sets (or clears) the position from which a spilled tensor is due for a prefetch.
     pub fn set_due(&mut self, id: TensorId, due: Option<u64>) {
         let Some(entry) = self.entries.get_mut(&id) else {
             return;
@@ -419,8 +420,8 @@ impl Index {
             .collect()
     }
 
-    /// Spilled tensors with a key, no prefetch under way and a next use at or before `until`
-    /// (absolute), soonest first.
+    /// Spilled tensors with a key, no prefetch under way and placed at or before `until`
+    /// (absolute; see `set_due`), soonest first.
     pub fn due_until(&self, until: u64) -> Vec<Spilled> {
         self.due
             .range(..=(until, TensorId::MAX))

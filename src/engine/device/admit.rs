@@ -163,13 +163,7 @@ impl DeviceEngine {
         }
         self.ledger.on_prefetch_outcome(hits, misses);
         if !late.is_empty() && limits.prefetch_window > 0 {
-            // Capuchin's rule: a tensor that came late is asked for earlier next step.
-            let mut leads = lock(&self.leads);
-            for key in late {
-                let lead = leads.entry(key).or_default();
-                *lead = lead_after_late(*lead);
-                self.largest_lead.fetch_max(*lead, Ordering::Relaxed);
-            }
+            self.lengthen_leads(&late);
         }
         let estimate = learnt.or(known_output).unwrap_or(largest);
         if input_bytes > budget && limits.strict {
@@ -315,5 +309,35 @@ impl DeviceEngine {
         self.ledger.resident(Tier::Device)
             + self.inflight_in.load(Ordering::Relaxed)
             + self.reserved_for_ops.load(Ordering::Relaxed)
+    }
+}
+
+impl DeviceEngine {
+    /// Capuchin's rule: a tensor that came late is asked for earlier next step. Its key's lead
+    /// grows, and any spilled tensor under a key whose lead grew is placed again that much
+    /// earlier (the prefetch scan finds a tensor where it was placed; see `Placement::due`).
+    fn lengthen_leads(&self, late: &[PlanKey]) {
+        let placement = self.placement();
+        let mut index = lock(&self.index);
+        let mut leads = lock(&self.leads);
+        let mut grown = smallvec::SmallVec::<[PlanKey; 4]>::new();
+        for key in late {
+            let lead = leads.entry(*key).or_default();
+            let longer = lead_after_late(*lead);
+            if longer != *lead {
+                *lead = longer;
+                grown.push(*key);
+            }
+        }
+        // Leads stop growing at their cap, after which most late arrivals change nothing.
+        let Some(placement) = placement.filter(|_| !grown.is_empty()) else {
+            return;
+        };
+        for (id, key) in index.spilled_keys() {
+            if grown.contains(&key.key) {
+                let lead = leads.get(&key.key).copied().unwrap_or(0);
+                index.set_due(id, placement.due(Some(key), lead));
+            }
+        }
     }
 }

@@ -162,6 +162,7 @@ impl DeviceEngine {
             }
             let placement = self.placement();
             let mut index = lock(&self.index);
+            let leads = lock(&self.leads);
             let mut wasted = Vec::new();
             for id in dropped {
                 wasted.extend(index.take_unread_prefetch(id));
@@ -170,9 +171,12 @@ impl DeviceEngine {
             for (id, tier) in moved {
                 wasted.extend(index.take_unread_prefetch(id));
                 index.set_tier(id, tier);
-                let due = placement.as_ref().and_then(|p| p.due(index.key_of(id)));
+                let key = index.key_of(id);
+                let lead = key.and_then(|k| leads.get(&k.key)).copied().unwrap_or(0);
+                let due = placement.as_ref().and_then(|p| p.due(key, lead));
                 index.set_due(id, due);
             }
+            drop(leads);
             drop(index);
             if !wasted.is_empty() {
                 // Brought back and evicted again unread: the device is too full between the

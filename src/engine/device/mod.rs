@@ -125,11 +125,9 @@ pub struct DeviceEngine {
     plan_epoch: Mutex<Option<(u64, u64)>>,
     /// The step the per-step counters were last closed for, plus one (0 before the first).
     step_seen: AtomicU64,
-    /// Extra ops of lead per plan key, grown each time that tensor arrived late.
+    /// Extra ops of lead per plan key, grown each time that tensor arrived late. A spilled
+    /// tensor is placed for the prefetch scan its lead before its use (see `Placement::due`).
     leads: Mutex<FastMap<PlanKey, u32>>,
-    /// The largest of `leads`: no spilled tensor is due further ahead than the reach plus this,
-    /// so the prefetch scan looks no further.
-    largest_lead: AtomicU32,
     /// Plan keys whose prefetch was wasted: the step until which they are not prefetched, and
     /// how many times it was wasted.
     benched: Mutex<FastMap<PlanKey, Bench>>,

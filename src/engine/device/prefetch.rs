@@ -7,7 +7,7 @@ use std::sync::atomic::Ordering;
 use crate::engine::ledger::Direction;
 use crate::engine::slot::Tier;
 use crate::engine::transfer::{Job, Lane};
-use crate::policy::prefetch::{self as decide, MAX_LEAD};
+use crate::policy::prefetch as decide;
 
 use super::step::Placement;
 use super::{DeviceEngine, Limits, lock};
@@ -37,12 +37,11 @@ impl DeviceEngine {
             step,
             now,
         };
-        // A tensor is due within the reach plus its lead, and no lead is larger than the
-        // largest one earned (at most `MAX_LEAD`): the scan looks no further.
-        let largest_lead = self.largest_lead.load(Ordering::Relaxed).min(MAX_LEAD);
+        // A tensor is due within the reach plus its lead, and each is placed its lead before
+        // its use: the scan looks as far as the reach.
         let mut due: Vec<(u32, crate::engine::index::Spilled)> = {
             let mut index = lock(&self.index);
-            let soon = index.due_until(placement.absolute(reach + largest_lead));
+            let soon = index.due_until(placement.absolute(reach));
             if soon.is_empty() {
                 return None;
             }
@@ -58,8 +57,8 @@ impl DeviceEngine {
                 if decide::is_due(next_use, reach, lead) {
                     due.push((next_use.distance_or(u32::MAX), s));
                 } else {
-                    // Placed under an older position or plan: place it again.
-                    index.set_due(s.id, placement.due_of(next_use));
+                    // Placed under an older position, plan or lead: place it again.
+                    index.set_due(s.id, placement.due_with_lead(next_use, lead));
                 }
             }
             due

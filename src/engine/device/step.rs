@@ -44,9 +44,20 @@ impl Placement {
         }
     }
 
-    /// When the tensor keyed `key` is next used, absolutely.
-    pub(super) fn due(&self, key: Option<KeyAt>) -> Option<u64> {
-        self.due_of(self.plan.next_use(key?, self.step, self.now))
+    /// Where a spilled tensor next used at `next` is placed for the prefetch scan: `lead` ops
+    /// before its use (the lead it earned by arriving late), so that the scan finds it once
+    /// the window reaches that far and no sooner.
+    pub(super) fn due_with_lead(&self, next: NextUse, lead: u32) -> Option<u64> {
+        match next {
+            NextUse::In(d) => Some(self.absolute(d.saturating_sub(lead))),
+            NextUse::Never | NextUse::Unknown => None,
+        }
+    }
+
+    /// Where the spilled tensor keyed `key`, with `lead`, is placed for the prefetch scan (see
+    /// [`due_with_lead`](Self::due_with_lead)).
+    pub(super) fn due(&self, key: Option<KeyAt>, lead: u32) -> Option<u64> {
+        self.due_with_lead(self.plan.next_use(key?, self.step, self.now), lead)
     }
 }
 
@@ -149,10 +160,7 @@ impl DeviceEngine {
             None => None,
         };
         if plan.is_none() {
-            let mut leads = lock(&self.leads);
-            leads.clear();
-            self.largest_lead.store(0, Ordering::Relaxed);
-            drop(leads);
+            lock(&self.leads).clear();
             lock(&self.benched).clear();
         }
         let headroom = plan
@@ -167,8 +175,10 @@ impl DeviceEngine {
         // Spilled tensors are placed by the plan in force.
         let placement = self.placement();
         let mut index = lock(&self.index);
+        let leads = lock(&self.leads);
         for (id, key) in index.spilled_keys() {
-            let due = placement.as_ref().and_then(|p| p.due(Some(key)));
+            let lead = leads.get(&key.key).copied().unwrap_or(0);
+            let due = placement.as_ref().and_then(|p| p.due(Some(key), lead));
             index.set_due(id, due);
         }
     }
@@ -248,5 +258,57 @@ pub(super) fn step_stats(
         actual_peak_device_bytes: actual_peak,
         windows: 0,
         saturated_windows: 0,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::index::absolute;
+    use crate::tape::{OpRecord, StepTape};
+
+    /// A placement in step `step`, `now` ops into a plan of `len` ops.
+    fn placement(len: usize, step: u64, now: u32) -> Placement {
+        let op = || OpRecord {
+            name: "op".into(),
+            inputs: Vec::new(),
+            outputs: Vec::new(),
+            start_ns: 0,
+            duration_ns: 1,
+            thread: 1,
+        };
+        let tape = StepTape {
+            ops: (0..len).map(|_| op()).collect(),
+            ..Default::default()
+        };
+        Placement {
+            plan: Arc::new(UsePlan::from_tape(&tape, None)),
+            step,
+            now,
+        }
+    }
+
+    #[test]
+    fn a_lead_places_a_spilled_tensor_that_many_ops_before_its_use() {
+        let p = placement(10, 3, 8);
+        let next = NextUse::In(5);
+        assert_eq!(
+            p.due_with_lead(next, 0),
+            Some(absolute(4, 3)),
+            "its use, next step"
+        );
+        assert_eq!(p.due_with_lead(next, 3), Some(absolute(4, 0)));
+        assert_eq!(
+            p.due_with_lead(next, 4),
+            Some(absolute(3, 9)),
+            "back across the step boundary"
+        );
+        assert_eq!(
+            p.due_with_lead(next, 64),
+            Some(absolute(3, 8)),
+            "no earlier than now"
+        );
+        assert_eq!(p.due_with_lead(NextUse::Never, 3), None);
+        assert_eq!(p.due_with_lead(next, 0), p.due_of(next));
     }
 }
