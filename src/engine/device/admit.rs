@@ -317,22 +317,29 @@ impl DeviceEngine {
     /// grows, and any spilled tensor under a key whose lead grew is placed again that much
     /// earlier (the prefetch scan finds a tensor where it was placed; see `Placement::due`).
     fn lengthen_leads(&self, late: &[PlanKey]) {
-        let placement = self.placement();
-        let mut index = lock(&self.index);
-        let mut leads = lock(&self.leads);
         let mut grown = smallvec::SmallVec::<[PlanKey; 4]>::new();
-        for key in late {
-            let lead = leads.entry(*key).or_default();
-            let longer = lead_after_late(*lead);
-            if longer != *lead {
-                *lead = longer;
-                grown.push(*key);
+        {
+            let mut leads = lock(&self.leads);
+            for key in late {
+                let lead = leads.entry(*key).or_default();
+                let longer = lead_after_late(*lead);
+                if longer != *lead {
+                    *lead = longer;
+                    grown.push(*key);
+                }
             }
         }
-        // Leads stop growing at their cap, after which most late arrivals change nothing.
-        let Some(placement) = placement.filter(|_| !grown.is_empty()) else {
+        // Leads stop growing at their cap, after which most late arrivals change nothing and
+        // the index is not locked.
+        if grown.is_empty() {
+            return;
+        }
+        let Some(placement) = self.placement() else {
             return;
         };
+        // The index before the leads, as every pass that holds both takes them.
+        let mut index = lock(&self.index);
+        let leads = lock(&self.leads);
         for (id, key) in index.spilled_keys() {
             if grown.contains(&key.key) {
                 let lead = leads.get(&key.key).copied().unwrap_or(0);
