@@ -14,7 +14,11 @@
 //!
 //! With `add` in place of the model it runs that many 16x16 adds (thousands) on the bare
 //! `SpillBackend<Flex>` instead: a profile of one op's path with nothing else around it
-//! (`step_profile add 1000 2000`: two million adds at a budget that never binds).
+//! (`step_profile add 1000 2000`: two million adds at a budget that never binds). With
+//! `batched` it runs them as criterion's `iter_batched` does in `benches/overhead.rs` (a batch
+//! of inputs, then their adds, the batch growing), an unmarked stream whose period keeps
+//! changing: `plain`, `none`, or any budget for the Transformer preset at one that never binds
+//! (`step_profile batched 200 200`).
 //!
 //! Arguments: the model (`cnn`, `transformer` or `add`), the budget in percent of the plain peak
 //! (`none` for an unconfigured device, `plain` for plain `Flex` without the decorator: the
@@ -170,6 +174,41 @@ fn run_adds(budget_percent: Option<u64>, thousands: usize) {
     println!("{thousands}k adds (two uploads each), {ns:.0} ns per add and its inputs");
 }
 
+/// Runs about `thousands` thousand 16x16 adds the way criterion's `iter_batched` does (as
+/// `benches/overhead.rs` measures them): a batch of fresh inputs, then their adds, with the
+/// batch growing by one every ten batches, so that the unmarked op stream's period keeps
+/// changing. `preset`: the device is configured with the Transformer preset (tape on) at a
+/// budget that never binds; otherwise unconfigured, or plain `Flex` when `plain`. Prints the
+/// time per add, inputs not counted (as criterion counts it).
+fn run_batched_adds<B: Backend>(thousands: usize, configure: Option<SpillConfig>) {
+    use burn::tensor::TensorData;
+    let device = Default::default();
+    if let Some(config) = configure {
+        Spill::configure(&Default::default(), config).expect("a valid config");
+    }
+    let values: Vec<f32> = (0..256).map(|i| (i % 17) as f32 * 0.25).collect();
+    let input = || B::float_from_data(TensorData::new(values.clone(), [16, 16]), &device);
+    let (mut adds, mut batch, mut timed) = (0, 1, std::time::Duration::ZERO);
+    while adds < thousands * 1000 {
+        for _ in 0..10 {
+            let inputs: Vec<_> = (0..batch).map(|_| (input(), input())).collect();
+            let start = Instant::now();
+            let outputs: Vec<_> = inputs
+                .into_iter()
+                .map(|(x, y)| std::hint::black_box(B::float_add(x, y)))
+                .collect();
+            timed += start.elapsed();
+            drop(outputs);
+            adds += batch;
+        }
+        batch += 1;
+    }
+    println!(
+        "{adds} adds in batches growing to {batch}: {:.0} ns per add",
+        timed.as_nanos() as f64 / adds as f64
+    );
+}
+
 fn main() {
     let args: Vec<String> = std::env::args()
         .skip(1)
@@ -200,8 +239,16 @@ fn main() {
         }
         "add" if plain => panic!("`add` has no plain run: `overhead` pairs adds with plain"),
         "add" => run_adds(budget, steps),
+        "batched" if plain => run_batched_adds::<Flex>(steps, None),
+        "batched" => run_batched_adds::<Spill>(
+            steps,
+            Some(match budget {
+                Some(_) => SpillConfig::transformer().device_budget_bytes(1 << 40),
+                None => SpillConfig::default(),
+            }),
+        ),
         "cnn" => run::<SmallCnn<Spilled>>(budget, steps, unmarked, record),
         "transformer" => run::<TinyGpt<Spilled>>(budget, steps, unmarked, record),
-        other => panic!("unknown model `{other}`: `cnn`, `transformer` or `add`"),
+        other => panic!("unknown model `{other}`: `cnn`, `transformer`, `add` or `batched`"),
     }
 }
