@@ -7,7 +7,7 @@
 //!
 //! How it works, what it reports and its limits are on [`PeriodDetector`].
 
-use std::collections::HashMap;
+use crate::fast_hash::FastMap;
 
 /// The modulus of the rolling hash: the Mersenne prime 2^61 - 1.
 const MODULUS: u64 = (1 << 61) - 1;
@@ -167,7 +167,9 @@ pub struct PeriodDetector {
     /// Signatures pushed so far.
     n: usize,
     /// Each signature's last position, pruned to the last `max` ops every `ring` pushes.
-    last_seen: HashMap<u64, usize>,
+    last_seen: FastMap<u64, usize>,
+    /// How many ops in a row, ending with the last one, have the same signature.
+    stretch: usize,
     candidates: Vec<Candidate>,
     /// The candidate that held the last report back (see "Which period is reported"), by its
     /// period.
@@ -213,7 +215,8 @@ impl PeriodDetector {
             prefix: vec![0],
             pow: vec![1],
             n: 0,
-            last_seen: HashMap::new(),
+            last_seen: FastMap::default(),
+            stretch: 0,
             candidates: Vec::new(),
             holding_back: None,
             broken_at: None,
@@ -261,8 +264,7 @@ impl PeriodDetector {
             // nearly every op, and the run need not be measured again.
             if (self.min..=self.max).contains(&p) && !self.candidates.iter().any(|c| c.period == p)
             {
-                let run = self.measure_run(p);
-                self.propose(p, run);
+                self.consider(p);
             }
         }
 
@@ -277,8 +279,7 @@ impl PeriodDetector {
                 if self.sig(k) != self.sig(k - p) || self.candidates.iter().any(|c| c.period == p) {
                     continue;
                 }
-                let run = self.measure_run(p);
-                self.propose(p, run);
+                self.consider(p);
             }
         }
 
@@ -355,6 +356,7 @@ impl PeriodDetector {
         self.prefix.clear();
         self.prefix.push(0); // H[0]; the slot may hold a wrapped H[ring]
         self.n = 0;
+        self.stretch = 0;
         self.last_seen.clear();
         self.candidates.clear();
         self.holding_back = None;
@@ -365,6 +367,11 @@ impl PeriodDetector {
 
     /// Appends `s[k]` and `H[k + 1]`.
     fn store(&mut self, k: usize, sig: u64) {
+        self.stretch = if k > 0 && self.sig(k - 1) == sig {
+            self.stretch + 1
+        } else {
+            1
+        };
         let h = add(mul(self.prefix[k % self.ring], BASE), mix(sig));
         put(&mut self.sigs, k, self.ring, sig);
         put(&mut self.prefix, k + 1, self.ring, h);
@@ -396,21 +403,33 @@ impl PeriodDetector {
         r <= self.run_limit() && self.hash(n - r, n - p) == self.hash(n - r + p, n)
     }
 
-    /// The run of period `p` ending now (a `p`-periodic suffix stays periodic when shortened,
-    /// so the predicate is monotone): by galloping out from the period (`p + 1`, `p + 2`,
-    /// `p + 4`, ...) to the first length that fails, then a binary search below it. Most
+    /// The run of period `p` ending now, given a length `known` to be `p`-periodic (a
+    /// `p`-periodic suffix stays periodic when shortened, so the predicate is monotone): by
+    /// galloping out from that length (`known + 1`, `known + 2`, `known + 4`, ...) to the first length that fails, then a binary search below it. Most
     /// proposed periods fail at once or within a few ops, so this costs a few comparisons where
     /// a binary search over every length in the rings (up to `2 max`) took about 2 log2(max)
     /// hashes for each, which on a stream whose period keeps changing was most of an op's time.
-    fn measure_run(&self, p: usize) -> usize {
+    ///
+    /// Inside a stretch of one signature longer than `p` the run is the stretch, with no hash:
+    /// the ops of the stretch from its `p + 1`-th on each equal the one `p` before, and its
+    /// `p`-th differs from the op just before the stretch. (In a batch of identical ops every
+    /// shorter period repeats, and the sweep proposes each of them.)
+    fn measure_run(&self, p: usize, known: usize) -> usize {
         let limit = self.run_limit();
         if limit <= p {
             return p;
         }
-        let mut periodic = p;
+        if p < self.stretch {
+            return self.stretch.min(limit);
+        }
+        let start = known.clamp(p, limit);
+        if start == limit {
+            return limit;
+        }
+        let mut periodic = start;
         let mut step = 1;
         let failed = loop {
-            let probe = p.saturating_add(step).min(limit);
+            let probe = start.saturating_add(step).min(limit);
             if !self.periodic_suffix(p, probe) {
                 break probe;
             }
@@ -436,6 +455,31 @@ impl PeriodDetector {
     /// stream broke (see `broken_at`): it would end there before covering two.
     fn ends_at_break(&self, c: &Candidate) -> bool {
         !c.covers_two() && self.broken_at.is_some_and(|at| self.n - c.run <= at)
+    }
+
+    /// Measures the run of period `p` and proposes it, unless the candidates are full and one
+    /// probe shows that it could not replace the weakest of them (as `propose` would find after
+    /// the whole measurement: on a stream of few signatures most recurrences are such periods,
+    /// and each full measurement is a few dozen hashes).
+    fn consider(&mut self, p: usize) {
+        if self.candidates.len() >= Self::MAX_CANDIDATES {
+            let weakest = self.candidates.iter().map(Candidate::reach).min();
+            // Replacing it takes a reach of one more, a run of `p + reach + 1`.
+            let needed = weakest.map_or(p, |reach| p.saturating_add(reach).saturating_add(1));
+            // The farthest pair of that run first, exactly: most such probes fail there.
+            let n = self.n;
+            if needed > self.run_limit()
+                || self.sig(n - needed) != self.sig(n - needed + p)
+                || !self.periodic_suffix(p, needed)
+            {
+                return;
+            }
+            let run = self.measure_run(p, needed);
+            self.propose(p, run);
+            return;
+        }
+        let run = self.measure_run(p, p);
+        self.propose(p, run);
     }
 
     /// Follows period `p` with run `run`, evicting the shortest reach when full.
@@ -777,8 +821,9 @@ mod tests {
 
     #[test]
     fn a_measured_run_is_the_longest_periodic_suffix() {
-        // Streams over two or three signatures with stretches of one repeated: runs of every
-        // length, from none past the period to the whole ring (a small one, so the limit is hit).
+        // Streams over two or three signatures with stretches of one repeated, some longer than
+        // the ring: runs of every length, from none past the period to the whole ring (a small
+        // one, so the limit is hit).
         let mut state = 0x9e37_79b9_7f4a_7c15_u64;
         let mut next = move || {
             state ^= state << 13;
@@ -790,7 +835,12 @@ mod tests {
             let mut d = PeriodDetector::new(1, 24);
             let mut stream = Vec::new();
             for _ in 0..120 {
-                let sig = if round % 2 == 0 && next() % 4 != 0 {
+                let sticky = match round % 4 {
+                    0 => 4,
+                    2 => 64,
+                    _ => 1,
+                };
+                let sig = if next() % sticky != 0 {
                     stream.last().copied().unwrap_or(0)
                 } else {
                     next() % 3
@@ -804,7 +854,10 @@ mod tests {
                         .take_while(|&r| (n - r..n - p).all(|i| stream[i] == stream[i + p]))
                         .last()
                         .unwrap_or(p);
-                    assert_eq!(d.measure_run(p), naive, "period {p} after {n} ops");
+                    assert_eq!(d.measure_run(p, p), naive, "period {p} after {n} ops");
+                    // From any length known to be periodic.
+                    let known = p + (next() as usize) % (naive - p + 1);
+                    assert_eq!(d.measure_run(p, known), naive, "period {p} from {known}");
                 }
             }
         }
