@@ -199,11 +199,12 @@ struct State {
     /// How many times detection resumed after a divergence.
     detection_resumed: u64,
     /// An unmarked stream ran three times the longest period the detector looks for without
-    /// finding one, so its buffers were dropped: until a period or a marker comes, only
-    /// signatures are collected. (Ops before a confirmed period are no step, so recording them
-    /// in full, about 2 us an op, only fed buffers that are dropped; a marker that ends such a
-    /// stretch closes a step that is counted, not kept. A shorter stretch is recorded in full,
-    /// so that one ended by the first marker, a program's set-up, is kept as a step.)
+    /// finding one, so its buffers were dropped, or its confirmed period broke: until a period
+    /// or a marker comes, only signatures are collected. (Ops before a confirmed period are no
+    /// step, so recording them in full, about 2 us an op, only fed buffers that are dropped; a
+    /// marker that ends such a stretch closes a step that is counted, not kept. A shorter
+    /// stretch before the first period is recorded in full, so that one ended by the first
+    /// marker, a program's set-up, is kept as a step.)
     long_search: bool,
     /// A period the detector reported, and for how many ops in a row it has held.
     candidate: Option<(usize, usize)>,
@@ -382,6 +383,9 @@ impl State {
         if !self.markers_used && self.auto_period.is_some() {
             self.auto_period = None;
             self.candidate = None;
+            // The stream is unmarked, and the ops up to the next confirmed period are no step:
+            // only their signatures are collected (see `long_search`), as after a long search.
+            self.long_search = true;
         }
     }
 
@@ -767,15 +771,15 @@ impl Recorder {
     }
 
     /// Notes that a tensor's last handle dropped (only a step recorded in full keeps drops).
+    /// Its few nanoseconds are left on the step's clock: timing them, to take them off, would
+    /// cost two clock reads, more than the drop's record.
     pub fn record_drop(&self, id: TensorId) {
         if self.signatures_only() {
             return;
         }
-        let entered = Instant::now();
         let mut state = self.lock();
         let after_ops = state.buffers.ops.len() as u32;
         state.buffers.drops.push(DropRecord { id, after_ops });
-        state.pause_clock_since(entered);
     }
 
     /// Sets how often a repeating step is recorded again in full (1 = every step).
@@ -1319,6 +1323,58 @@ mod auto_step_tests {
         }
         assert_eq!(rec.counters().auto_period, Some(5));
         assert_eq!(detection(&rec), (true, 2));
+    }
+
+    /// Records one op of an unmarked stream as the adapter does: its signature alone when
+    /// that is all the recorder needs. Returns whether it went in full.
+    fn adapter_op(rec: &Recorder, name: &'static str, width: usize) -> bool {
+        if rec.signatures_only() {
+            let mut signature = OpSignature::new(name);
+            signature.output(F32, &[width]);
+            rec.record_verified_op(name, signature, [0; 3]);
+            false
+        } else {
+            op(rec, name, width);
+            true
+        }
+    }
+
+    #[test]
+    fn a_broken_period_collects_only_signatures_until_the_next_is_confirmed() {
+        let rec = Recorder::default();
+        rec.set_enabled(true);
+        let longer = SEVEN_OPS;
+        let step = &longer[..5];
+        for _ in 0..12 {
+            for name in step {
+                adapter_op(&rec, name, 3);
+            }
+        }
+        assert_eq!(rec.counters().auto_period, Some(5));
+        // A new program: the verified step of 5 ops diverges within its first 5 ops.
+        let mut in_full = Vec::new();
+        for _ in 0..12 {
+            for name in longer {
+                in_full.push((adapter_op(&rec, name, 4), rec.counters().auto_period));
+            }
+        }
+        let counters = rec.counters();
+        assert!(counters.divergences >= 1);
+        assert_eq!(counters.auto_period, Some(7), "the new period is found");
+        let confirmed = in_full
+            .iter()
+            .position(|&(_, period)| period == Some(7))
+            .expect("confirmed within the stream");
+        assert!(
+            in_full[5..confirmed].iter().all(|&(full, _)| !full),
+            "from the divergence to the confirmation only signatures: {in_full:?}"
+        );
+        assert!(
+            in_full[confirmed..].iter().any(|&(full, _)| full),
+            "a step of the new period is recorded in full"
+        );
+        let last = rec.last_step().expect("a recorded step");
+        assert_eq!(last.ops.len(), 7, "the new step is kept as a tape");
     }
 
     #[test]
