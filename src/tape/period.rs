@@ -166,6 +166,9 @@ pub struct PeriodDetector {
     pow: Vec<u64>,
     /// Signatures pushed so far.
     n: usize,
+    /// `n % ring`, kept as the stream grows: ring positions are found from it by a subtraction
+    /// (see [`slot`](Self::slot)), where `k % ring` took a division for every signature read.
+    head: usize,
     /// Each signature's last position, pruned to the last `max` ops every `ring` pushes.
     last_seen: FastMap<u64, usize>,
     /// How many ops in a row, ending with the last one, have the same signature.
@@ -215,6 +218,7 @@ impl PeriodDetector {
             prefix: vec![0],
             pow: vec![1],
             n: 0,
+            head: 0,
             last_seen: FastMap::default(),
             stretch: 0,
             candidates: Vec::new(),
@@ -230,17 +234,17 @@ impl PeriodDetector {
     /// reported" on [`PeriodDetector`]); `None` otherwise.
     pub fn push(&mut self, sig: u64) -> Option<usize> {
         let k = self.n;
-        self.store(k, sig);
-        self.n += 1;
+        self.store(sig);
 
         // Extend the runs; a mismatch ends a candidate.
         let limit = self.run_limit();
         let sigs = &self.sigs;
         let ring = self.ring;
+        let here = self.slot(k);
         let holding_back = self.holding_back;
         let mut broken_at = None;
         self.candidates.retain_mut(|c| {
-            let same = sigs[k % ring] == sigs[(k - c.period) % ring];
+            let same = sigs[here] == sigs[back(here, c.period, ring)];
             c.run = (c.run + 1).min(limit);
             if !same && holding_back == Some(c.period) {
                 broken_at = Some(k - c.period);
@@ -283,7 +287,7 @@ impl PeriodDetector {
             }
         }
 
-        if self.n.is_multiple_of(self.ring) {
+        if self.head == 0 {
             // Recurrences further back than `max` can never propose a period again.
             let (n, max) = (self.n, self.max);
             self.last_seen.retain(|_, &mut q| q + max >= n);
@@ -310,9 +314,7 @@ impl PeriodDetector {
     /// of one hash step, where a push follows up to 40 candidate periods. For a caller that
     /// knows the period and checks it by other means.
     pub fn observe(&mut self, sig: u64) {
-        let k = self.n;
-        self.store(k, sig);
-        self.n += 1;
+        self.store(sig);
         if self.period.is_some() || !self.candidates.is_empty() {
             // Their runs are not extended while observing.
             self.candidates.clear();
@@ -356,6 +358,7 @@ impl PeriodDetector {
         self.prefix.clear();
         self.prefix.push(0); // H[0]; the slot may hold a wrapped H[ring]
         self.n = 0;
+        self.head = 0;
         self.stretch = 0;
         self.last_seen.clear();
         self.candidates.clear();
@@ -365,24 +368,37 @@ impl PeriodDetector {
         self.period = None;
     }
 
-    /// Appends `s[k]` and `H[k + 1]`.
-    fn store(&mut self, k: usize, sig: u64) {
+    /// Appends `s[n]` and `H[n + 1]`, and counts the signature.
+    fn store(&mut self, sig: u64) {
+        let k = self.n;
         self.stretch = if k > 0 && self.sig(k - 1) == sig {
             self.stretch + 1
         } else {
             1
         };
-        let h = add(mul(self.prefix[k % self.ring], BASE), mix(sig));
-        put(&mut self.sigs, k, self.ring, sig);
-        put(&mut self.prefix, k + 1, self.ring, h);
+        let next = if self.head + 1 == self.ring {
+            0
+        } else {
+            self.head + 1
+        };
+        let h = add(mul(self.prefix[self.head], BASE), mix(sig));
+        put(&mut self.sigs, self.head, self.ring, sig);
+        put(&mut self.prefix, next, self.ring, h);
         if self.pow.len() < self.ring {
             let last = self.pow[self.pow.len() - 1];
             self.pow.push(mul(last, BASE));
         }
+        self.n += 1;
+        self.head = next;
+    }
+
+    /// The ring slot of position `k`, one of the last `ring` (`n - ring < k <= n`).
+    fn slot(&self, k: usize) -> usize {
+        back(self.head, self.n - k, self.ring)
     }
 
     fn sig(&self, k: usize) -> u64 {
-        self.sigs[k % self.ring]
+        self.sigs[self.slot(k)]
     }
 
     /// The longest run that can be measured: the ops still in the rings.
@@ -392,8 +408,8 @@ impl PeriodDetector {
 
     /// The hash of `s[i..j)`; both ends within the last `ring - 1` ops.
     fn hash(&self, i: usize, j: usize) -> u64 {
-        let hi = self.prefix[j % self.ring];
-        let lo = mul(self.prefix[i % self.ring], self.pow[j - i]);
+        let hi = self.prefix[self.slot(j)];
+        let lo = mul(self.prefix[self.slot(i)], self.pow[j - i]);
         add(hi, MODULUS - lo)
     }
 
@@ -503,13 +519,22 @@ impl PeriodDetector {
     }
 }
 
-/// Writes `value` at position `k` of a ring that grows to `ring` entries and then wraps.
-fn put(buf: &mut Vec<u64>, k: usize, ring: usize, value: u64) {
+/// Writes `value` at `slot` of a ring that grows to `ring` entries and then wraps.
+fn put(buf: &mut Vec<u64>, slot: usize, ring: usize, value: u64) {
     if buf.len() < ring {
-        // Positions arrive in order, so while the ring is filling `k == buf.len()`.
+        // Positions arrive in order, so while the ring is filling `slot == buf.len()`.
         buf.push(value);
     } else {
-        buf[k % ring] = value;
+        buf[slot] = value;
+    }
+}
+
+/// The slot `by` positions before `slot` in a ring of `ring` slots (`by <= ring`).
+fn back(slot: usize, by: usize, ring: usize) -> usize {
+    if slot >= by {
+        slot - by
+    } else {
+        slot + ring - by
     }
 }
 
