@@ -174,6 +174,14 @@ pub struct PeriodDetector {
     /// How many ops in a row, ending with the last one, have the same signature.
     stretch: usize,
     candidates: Vec<Candidate>,
+    /// While the candidates are full: the place and reach of the one with the shortest reach,
+    /// found once for the proposals of one push (cleared when the candidates change).
+    weakest: Option<(usize, usize)>,
+    /// Whether the shortcuts are taken: runs measured without hashing where they can be (a
+    /// stretch of one signature, exact comparisons first), a probe before measuring a proposal
+    /// that could not be kept, and the weakest candidate found once per push. Off only in the
+    /// test that checks they change no report.
+    shortcuts: bool,
     /// The candidate that held the last report back (see "Which period is reported"), by its
     /// period.
     holding_back: Option<usize>,
@@ -222,6 +230,8 @@ impl PeriodDetector {
             last_seen: FastMap::default(),
             stretch: 0,
             candidates: Vec::new(),
+            weakest: None,
+            shortcuts: true,
             holding_back: None,
             broken_at: None,
             sweep: min,
@@ -235,6 +245,7 @@ impl PeriodDetector {
     pub fn push(&mut self, sig: u64) -> Option<usize> {
         let k = self.n;
         self.store(sig);
+        self.weakest = None;
 
         // Extend the runs; a mismatch ends a candidate.
         let limit = self.run_limit();
@@ -318,6 +329,7 @@ impl PeriodDetector {
         if self.period.is_some() || !self.candidates.is_empty() {
             // Their runs are not extended while observing.
             self.candidates.clear();
+            self.weakest = None;
             self.period = None;
             self.holding_back = None;
         }
@@ -333,6 +345,7 @@ impl PeriodDetector {
             self.last_seen.insert(self.sig(k), k);
         }
         self.candidates.clear();
+        self.weakest = None;
         self.period = None;
         self.holding_back = None;
     }
@@ -362,6 +375,7 @@ impl PeriodDetector {
         self.stretch = 0;
         self.last_seen.clear();
         self.candidates.clear();
+        self.weakest = None;
         self.holding_back = None;
         self.broken_at = None;
         self.sweep = self.min;
@@ -435,11 +449,34 @@ impl PeriodDetector {
         if limit <= p {
             return p;
         }
+        if !self.shortcuts {
+            return self.measure_run_by_hashes(p, known.clamp(p, limit));
+        }
         if p < self.stretch {
             return self.stretch.min(limit);
         }
-        let start = known.clamp(p, limit);
+        let mut start = known.clamp(p, limit);
         if start == limit {
+            return limit;
+        }
+        // The first ops past the known length one by one: adjacent in the ring, so cheaper
+        // than hashes (two reads far apart each), and most runs end within them.
+        let exact_end = start.saturating_add(EXACT_STEPS).min(limit);
+        while start < exact_end {
+            let at = self.n - start - 1;
+            if self.sig(at) != self.sig(at + p) {
+                return start;
+            }
+            start += 1;
+        }
+        self.measure_run_by_hashes(p, start)
+    }
+
+    /// The run of period `p` ending now, given that the last `start` ops are `p`-periodic, by
+    /// galloping and a binary search on hashes (see [`measure_run`](Self::measure_run)).
+    fn measure_run_by_hashes(&self, p: usize, start: usize) -> usize {
+        let limit = self.run_limit();
+        if start >= limit {
             return limit;
         }
         let mut periodic = start;
@@ -477,11 +514,12 @@ impl PeriodDetector {
     /// probe shows that it could not replace the weakest of them (as `propose` would find after
     /// the whole measurement: on a stream of few signatures most recurrences are such periods,
     /// and each full measurement is a few dozen hashes).
+    /// `p` must not be a candidate already.
     fn consider(&mut self, p: usize) {
-        if self.candidates.len() >= Self::MAX_CANDIDATES {
-            let weakest = self.candidates.iter().map(Candidate::reach).min();
+        if self.shortcuts && self.candidates.len() >= Self::MAX_CANDIDATES {
+            let (_, reach) = self.weakest();
             // Replacing it takes a reach of one more, a run of `p + reach + 1`.
-            let needed = weakest.map_or(p, |reach| p.saturating_add(reach).saturating_add(1));
+            let needed = p.saturating_add(reach).saturating_add(1);
             // The farthest pair of that run first, exactly: most such probes fail there.
             let n = self.n;
             if needed > self.run_limit()
@@ -498,9 +536,28 @@ impl PeriodDetector {
         self.propose(p, run);
     }
 
-    /// Follows period `p` with run `run`, evicting the shortest reach when full.
+    /// The place and reach of the candidate with the shortest reach (the first such), with
+    /// the candidates full.
+    fn weakest(&mut self) -> (usize, usize) {
+        let find = |candidates: &[Candidate]| {
+            candidates
+                .iter()
+                .enumerate()
+                .map(|(at, c)| (at, c.reach()))
+                .min_by_key(|&(_, reach)| reach)
+                .expect("the candidates are full")
+        };
+        if !self.shortcuts {
+            return find(&self.candidates);
+        }
+        *self.weakest.get_or_insert_with(|| find(&self.candidates))
+    }
+
+    /// Follows period `p`, not a candidate yet, with run `run`, evicting the shortest reach
+    /// when full.
     fn propose(&mut self, p: usize, run: usize) {
-        if run <= p || self.candidates.iter().any(|c| c.period == p) {
+        debug_assert!(self.candidates.iter().all(|c| c.period != p));
+        if run <= p {
             return; // not even one op repeats at that distance
         }
         let new = Candidate { period: p, run };
@@ -509,15 +566,20 @@ impl PeriodDetector {
         }
         if self.candidates.len() < Self::MAX_CANDIDATES {
             self.candidates.push(new);
+            self.weakest = None;
             return;
         }
-        if let Some(weakest) = self.candidates.iter_mut().min_by_key(|c| c.reach())
-            && weakest.reach() < new.reach()
-        {
-            *weakest = new;
+        let (at, reach) = self.weakest();
+        if reach < new.reach() {
+            self.candidates[at] = new;
+            self.weakest = None;
         }
     }
 }
+
+/// How many ops past a known periodic length [`PeriodDetector::measure_run`] compares one by one
+/// before it gallops on with hashes.
+const EXACT_STEPS: usize = 32;
 
 /// Writes `value` at `slot` of a ring that grows to `ring` entries and then wraps.
 fn put(buf: &mut Vec<u64>, slot: usize, ring: usize, value: u64) {
@@ -747,6 +809,54 @@ mod tests {
     }
 
     #[test]
+    fn the_shortcuts_change_no_report() {
+        // Streams of few signatures (stretches of one, batches of two kinds whose size keeps
+        // changing, periodic patterns with rare changes): what the shortcuts are for, and where
+        // candidates churn. Every push must report what the detector without them reports.
+        let mut state = 0x2545_f491_4f6c_dd1d_u64;
+        let mut next = move || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state
+        };
+        for round in 0..24 {
+            let (mut fast, mut slow) = (PeriodDetector::new(4, 48), PeriodDetector::new(4, 48));
+            slow.shortcuts = false;
+            let mut stream: Vec<u64> = Vec::new();
+            let mut batch = 1;
+            while stream.len() < 1500 {
+                match round % 3 {
+                    0 => {
+                        // Criterion's batches: `batch` uploads, `batch` adds, growing now and then.
+                        stream.extend(std::iter::repeat_n(1, 2 * batch));
+                        stream.extend(std::iter::repeat_n(2, batch));
+                        if next() % 4 == 0 {
+                            batch = batch % 12 + 1;
+                        }
+                    }
+                    1 => {
+                        let sig = stream.last().copied().unwrap_or(0);
+                        stream.push(if next() % 8 == 0 { next() % 3 } else { sig });
+                    }
+                    _ => {
+                        let period = 5 + round % 7;
+                        let sig = if stream.len() >= period && next() % 64 != 0 {
+                            stream[stream.len() - period]
+                        } else {
+                            next() % 4
+                        };
+                        stream.push(sig);
+                    }
+                }
+            }
+            for (at, &sig) in stream.iter().enumerate() {
+                assert_eq!(fast.push(sig), slow.push(sig), "round {round}, op {at}");
+            }
+        }
+    }
+
+    #[test]
     fn the_period_is_found_past_the_ring_and_with_many_repeated_signatures() {
         // A long step (1000 ops) from only 10 distinct signatures plus one marker, far past the
         // ring's wrap; the period stays found.
@@ -865,7 +975,12 @@ mod tests {
                     2 => 64,
                     _ => 1,
                 };
-                let sig = if next() % sticky != 0 {
+                // Every fourth stream repeats a short pattern with rare changes: runs longer than
+                // the ops `measure_run` compares one by one before it gallops.
+                let period = 3 + round % 5;
+                let sig = if round % 4 == 3 && stream.len() >= period && next() % 32 != 0 {
+                    stream[stream.len() - period]
+                } else if next() % sticky != 0 {
                     stream.last().copied().unwrap_or(0)
                 } else {
                     next() % 3
