@@ -88,18 +88,29 @@ fn configure<B: Backend>(device: &B::Device, model: &Model, budget: Option<u64>)
     SpillBackend::<B>::configure(device, config).expect("a valid bench config");
 }
 
-/// A spilled stepper under `budget`, measured against `reference`.
+/// What a spilled row runs: described as `what`, under `budget`, with `micro_batches`
+/// accumulated a step.
+struct Setup {
+    what: String,
+    budget: u64,
+    micro_batches: usize,
+}
+
+/// A spilled stepper set up as `setup` says, measured against `reference`.
 fn spilled_row<B: Backend, A: AutodiffBackend<Device = B::Device>>(
     device: &B::Device,
     model: &Model,
     name: &str,
-    setup: String,
-    budget: u64,
+    setup: Setup,
     reference: (&mut dyn Stepper, u64, &str),
-    micro_batches: usize,
     rounds: Rounds,
 ) -> CompositionRow {
     let (reference, reference_peak, reference_name) = reference;
+    let Setup {
+        what: setup,
+        budget,
+        micro_batches,
+    } = setup;
     configure::<B>(device, model, Some(budget));
     let mut measured = model.accumulating_trainer::<A>(device, micro_batches);
     let (ratio, peak) = measure::<B>(device, reference, &mut *measured, rounds);
@@ -159,20 +170,24 @@ pub fn rows<B: Backend>(
             device,
             model,
             name,
-            format!("burn-spill at {target}"),
-            budget,
+            Setup {
+                what: format!("burn-spill at {target}"),
+                budget,
+                micro_batches: 1,
+            },
             (&mut *plain, plain_peak, reference),
-            1,
             rounds,
         ));
         rows.push(spilled_row::<B, Checkpointed<SpillBackend<B>>>(
             device,
             model,
             name,
-            format!("both at {target}"),
-            budget,
+            Setup {
+                what: format!("both at {target}"),
+                budget,
+                micro_batches: 1,
+            },
             (&mut *plain, plain_peak, reference),
-            1,
             rounds,
         ));
     }
@@ -191,14 +206,16 @@ pub fn rows<B: Backend>(
         device,
         model,
         name,
-        format!("burn-spill at 30%, {micro_batches} micro-batches a step"),
-        accumulating_peak * 3 / 10,
+        Setup {
+            what: format!("burn-spill at 30%, {micro_batches} micro-batches a step"),
+            budget: accumulating_peak * 3 / 10,
+            micro_batches,
+        },
         (
             &mut *plain_accumulating,
             accumulating_peak,
             "plain, same accumulation",
         ),
-        micro_batches,
         rounds,
     ));
     drop(plain_accumulating);
@@ -272,10 +289,12 @@ pub fn dtype_rows<B: Backend>(
         device,
         model,
         name,
-        format!("burn-spill at 30%, {dtype:?}"),
-        plain_peak * 3 / 10,
+        Setup {
+            what: format!("burn-spill at 30%, {dtype:?}"),
+            budget: plain_peak * 3 / 10,
+            micro_batches: 1,
+        },
         (&mut *plain, plain_peak, &format!("plain, {dtype:?}")),
-        1,
         rounds,
     )]
 }

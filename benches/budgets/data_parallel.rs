@@ -94,10 +94,12 @@ impl Stepper for DataParallel {
         for peer in &self.steps {
             peer.send(()).expect("the peer is running");
         }
-        (0..PEERS)
-            .map(|_| self.losses.recv().expect("a peer stopped mid-step"))
-            .last()
-            .unwrap_or_default()
+        // Every peer's loss is received (they are the same): the last one is the step's.
+        let mut loss = 0.0;
+        for _ in 0..PEERS {
+            loss = self.losses.recv().expect("a peer stopped mid-step");
+        }
+        loss
     }
 }
 
