@@ -348,3 +348,117 @@ impl DeviceEngine {
         }
     }
 }
+
+/// Leads, as this file lengthens them and the prefetch scan reads them: on Flex a move lands
+/// before the next op, so no training run arrives late enough to test them.
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::engine::device::Limits;
+    use crate::engine::index::absolute;
+    use crate::engine::index::tests::Fake;
+    use crate::policy::PolicyKind;
+    use crate::policy::plan::UsePlan;
+    use crate::policy::prefetch::MAX_LEAD;
+    use crate::tape::{OpRecord, StepTape};
+
+    /// A plan of 10 ops where op 0 makes tensors 1 and 2, op 8 reads 1 and op 9 reads 2.
+    fn plan() -> UsePlan {
+        let op = |inputs: Vec<TensorId>, outputs: Vec<TensorId>| OpRecord {
+            name: "op".into(),
+            inputs,
+            outputs,
+            start_ns: 0,
+            duration_ns: 1,
+            thread: 1,
+        };
+        let mut ops = vec![op(Vec::new(), vec![1, 2])];
+        ops.extend((1..8).map(|_| op(Vec::new(), Vec::new())));
+        ops.push(op(vec![1], Vec::new()));
+        ops.push(op(vec![2], Vec::new()));
+        let tape = StepTape {
+            ops,
+            ..Default::default()
+        };
+        UsePlan::from_tape(&tape, None)
+    }
+
+    fn produced(slot: u16) -> KeyAt {
+        KeyAt {
+            step: 0,
+            key: PlanKey::Produced { op: 0, slot },
+        }
+    }
+
+    /// Where the prefetch scan finds spilled tensor `id` (the first position it is due at).
+    fn due_at(engine: &DeviceEngine, id: TensorId) -> Option<u32> {
+        let index = lock(&engine.index);
+        (0..10).find(|&at| index.due_until(absolute(0, at)).iter().any(|s| s.id == id))
+    }
+
+    /// A synchronous engine with a prefetch window of 2 ops, at op 0 of the plan's step, with
+    /// tensors 1 and 2 (keyed as the plan's outputs of op 0) spilled and placed at their uses.
+    fn engine_with_spilled(tensor: &Arc<dyn Spillable>) -> Arc<DeviceEngine> {
+        let engine = Arc::new(DeviceEngine::default());
+        engine.limits.set(Limits {
+            budget: Some(1 << 20),
+            policy: PolicyKind::NextUse,
+            prefetch_window: 2,
+            asynchronous: false,
+            ..Limits::default()
+        });
+        *engine.plan.write().unwrap() = Some(Arc::new(plan()));
+        let placement = engine.placement().expect("a plan and prefetching");
+        let mut index = lock(&engine.index);
+        for (id, slot) in [(1, 0), (2, 1)] {
+            index.admit_output(id, 64, 0, || Arc::downgrade(tensor), Some(produced(slot)));
+            index.set_tier(id, Tier::Host);
+            index.set_due(id, placement.due(Some(produced(slot)), 0));
+        }
+        drop(index);
+        engine
+    }
+
+    #[test]
+    fn a_late_key_places_its_spilled_tensors_earlier_up_to_the_cap() {
+        let tensor: Arc<dyn Spillable> = Arc::new(Fake);
+        let engine = engine_with_spilled(&tensor);
+        assert_eq!(
+            (due_at(&engine, 1), due_at(&engine, 2)),
+            (Some(8), Some(9)),
+            "at their uses"
+        );
+        let late = [produced(0).key];
+        engine.lengthen_leads(&late);
+        assert_eq!(due_at(&engine, 1), Some(7), "a lead of one op");
+        engine.lengthen_leads(&late);
+        assert_eq!(due_at(&engine, 1), Some(6), "the lead doubled");
+        assert_eq!(due_at(&engine, 2), Some(9), "a key that was not late stays");
+        while lock(&engine.leads)[&produced(0).key] < MAX_LEAD {
+            engine.lengthen_leads(&late);
+        }
+        assert_eq!(due_at(&engine, 1), Some(0), "no earlier than now");
+        // At the cap a late arrival changes nothing: a tensor placed elsewhere stays there.
+        lock(&engine.index).set_due(1, Some(absolute(0, 5)));
+        engine.lengthen_leads(&late);
+        assert_eq!(due_at(&engine, 1), Some(5));
+    }
+
+    #[test]
+    fn the_prefetch_scan_takes_a_tensor_its_lead_before_the_window() {
+        let tensor: Arc<dyn Spillable> = Arc::new(Fake);
+        let engine = engine_with_spilled(&tensor);
+        // Used 8 and 9 ops from now, past the window of 2: neither is due.
+        assert_eq!(engine.prefetch_ahead(&engine.limits()), None);
+        assert_eq!((due_at(&engine, 1), due_at(&engine, 2)), (Some(8), Some(9)));
+        // Tensor 1 came late four times: a lead of 8 ops brings its use within reach.
+        for _ in 0..4 {
+            engine.lengthen_leads(&[produced(0).key]);
+        }
+        assert_eq!(engine.prefetch_ahead(&engine.limits()), None);
+        assert_eq!(due_at(&engine, 1), None, "prefetched: on the device");
+        assert_eq!(due_at(&engine, 2), Some(9), "still waits for its window");
+    }
+}
