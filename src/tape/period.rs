@@ -808,18 +808,22 @@ mod tests {
         );
     }
 
+    /// A fixed pseudo-random sequence (xorshift64), for the tests' streams.
+    fn xorshift(mut state: u64) -> impl FnMut() -> u64 {
+        move || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state
+        }
+    }
+
     #[test]
     fn the_shortcuts_change_no_report() {
         // Streams of few signatures (stretches of one, batches of two kinds whose size keeps
         // changing, periodic patterns with rare changes): what the shortcuts are for, and where
         // candidates churn. Every push must report what the detector without them reports.
-        let mut state = 0x2545_f491_4f6c_dd1d_u64;
-        let mut next = move || {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            state
-        };
+        let mut next = xorshift(0x2545_f491_4f6c_dd1d);
         for round in 0..24 {
             let (mut fast, mut slow) = (PeriodDetector::new(4, 48), PeriodDetector::new(4, 48));
             slow.shortcuts = false;
@@ -831,17 +835,21 @@ mod tests {
                         // Criterion's batches: `batch` uploads, `batch` adds, growing now and then.
                         stream.extend(std::iter::repeat_n(1, 2 * batch));
                         stream.extend(std::iter::repeat_n(2, batch));
-                        if next() % 4 == 0 {
+                        if next().is_multiple_of(4) {
                             batch = batch % 12 + 1;
                         }
                     }
                     1 => {
                         let sig = stream.last().copied().unwrap_or(0);
-                        stream.push(if next() % 8 == 0 { next() % 3 } else { sig });
+                        stream.push(if next().is_multiple_of(8) {
+                            next() % 3
+                        } else {
+                            sig
+                        });
                     }
                     _ => {
                         let period = 5 + round % 7;
-                        let sig = if stream.len() >= period && next() % 64 != 0 {
+                        let sig = if stream.len() >= period && !next().is_multiple_of(64) {
                             stream[stream.len() - period]
                         } else {
                             next() % 4
@@ -959,13 +967,7 @@ mod tests {
         // Streams over two or three signatures with stretches of one repeated, some longer than
         // the ring: runs of every length, from none past the period to the whole ring (a small
         // one, so the limit is hit).
-        let mut state = 0x9e37_79b9_7f4a_7c15_u64;
-        let mut next = move || {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            state
-        };
+        let mut next = xorshift(0x9e37_79b9_7f4a_7c15);
         for round in 0..40 {
             let mut d = PeriodDetector::new(1, 24);
             let mut stream = Vec::new();
@@ -978,9 +980,10 @@ mod tests {
                 // Every fourth stream repeats a short pattern with rare changes: runs longer than
                 // the ops `measure_run` compares one by one before it gallops.
                 let period = 3 + round % 5;
-                let sig = if round % 4 == 3 && stream.len() >= period && next() % 32 != 0 {
+                let sig = if round % 4 == 3 && stream.len() >= period && !next().is_multiple_of(32)
+                {
                     stream[stream.len() - period]
-                } else if next() % sticky != 0 {
+                } else if !next().is_multiple_of(sticky) {
                     stream.last().copied().unwrap_or(0)
                 } else {
                     next() % 3

@@ -1270,18 +1270,27 @@ mod auto_step_tests {
         (state.detection_paused, state.detection_resumed)
     }
 
-    #[test]
-    fn detection_pauses_while_steps_verify_and_resumes_when_the_program_changes() {
+    /// A recorder fed 12 steps of the first 5 of [`SEVEN_OPS`] (unmarked, each op recorded by
+    /// `record`): it has found their period. Returns it with the step.
+    fn after_five_op_steps(
+        record: impl Fn(&Recorder, &'static str, usize),
+    ) -> (Recorder, &'static [&'static str]) {
         let rec = Recorder::default();
         rec.set_enabled(true);
-        let longer = SEVEN_OPS;
-        let step = &longer[..5];
+        let step = &SEVEN_OPS[..5];
         for _ in 0..12 {
             for name in step {
-                op(&rec, name, 3);
+                record(&rec, name, 3);
             }
         }
         assert_eq!(rec.counters().auto_period, Some(5));
+        (rec, step)
+    }
+
+    #[test]
+    fn detection_pauses_while_steps_verify_and_resumes_when_the_program_changes() {
+        let (rec, step) = after_five_op_steps(op);
+        let longer = SEVEN_OPS;
         assert!(rec.counters().verifying);
         assert_eq!(
             detection(&rec),
@@ -1341,16 +1350,10 @@ mod auto_step_tests {
 
     #[test]
     fn a_broken_period_collects_only_signatures_until_the_next_is_confirmed() {
-        let rec = Recorder::default();
-        rec.set_enabled(true);
+        let (rec, _) = after_five_op_steps(|rec, name, width| {
+            adapter_op(rec, name, width);
+        });
         let longer = SEVEN_OPS;
-        let step = &longer[..5];
-        for _ in 0..12 {
-            for name in step {
-                adapter_op(&rec, name, 3);
-            }
-        }
-        assert_eq!(rec.counters().auto_period, Some(5));
         // A new program: the verified step of 5 ops diverges within its first 5 ops.
         let mut in_full = Vec::new();
         for _ in 0..12 {
