@@ -79,10 +79,13 @@ impl Candidate {
 ///   even when every signature of the step occurs several times, within
 ///   `(max - min + 1) / SWEEP_PER_PUSH` ops of the stream becoming periodic.
 ///
-/// A new candidate's run is measured at once by binary search on rolling prefix hashes; from then
-/// on it is extended by exact comparison of one signature per op, and dropped at the first
-/// mismatch. So a push costs O(candidates + sweep) signature comparisons plus an O(log max)
-/// search for each new candidate (at most `1 + SWEEP_PER_PUSH` per op, usually none). Memory is
+/// A new candidate's run is measured at once: its first ops one by one, then by galloping and a
+/// binary search on rolling prefix hashes (inside a stretch of one repeated signature it is the
+/// stretch, and with the candidates full a proposal is measured only if a probe shows it could
+/// replace the weakest); from then on it is extended by exact comparison of one signature per
+/// op, and dropped at the first mismatch. So a push costs O(candidates + sweep) signature
+/// comparisons plus an O(log max) search for each new candidate (at most
+/// `1 + SWEEP_PER_PUSH` per op, usually none). Memory is
 /// bounded by three rings of `2 max + 1` words, a map of the signatures seen in the last `3 max`
 /// ops, and the candidates.
 ///
