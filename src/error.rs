@@ -113,7 +113,7 @@ pub enum SpillError {
     TapeVersion {
         /// The tape's `version`.
         found: u32,
-        /// [`TAPE_SCHEMA_VERSION`](crate::TAPE_SCHEMA_VERSION).
+        /// [`TAPE_SCHEMA_VERSION`](crate::tape::TAPE_SCHEMA_VERSION).
         expected: u32,
     },
     /// A device profile for the dry-run planner is unknown, does not parse, or holds a figure

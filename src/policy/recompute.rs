@@ -254,8 +254,8 @@ pub struct OnOpThread {
 /// The shares of a victim's eviction and restore link times that the ops pay for (see
 /// [`Victim`]): for copies made where `on_op_thread` says, of a tensor next used `distance`
 /// ops later, with a prefetch window of `prefetch_window` ops, on a link busy for
-/// `link_utilization` of the step (see
-/// [`link_utilization`](crate::policy::windows::link_utilization)).
+/// `link_utilization` of the step (the link time of the moves a replay of the step makes,
+/// over the time its ops compute, at most 1).
 pub fn move_exposures(
     link_utilization: f64,
     on_op_thread: OnOpThread,

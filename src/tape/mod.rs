@@ -1,6 +1,7 @@
 //! The tape: each training step's ops, tensors and drops, recorded per device.
 //!
-//! [`recorder`] fills it on the hot path; [`model`] is the finished step as plain data.
+//! A per-device recorder fills it on the hot path; a finished step is plain data
+//! ([`StepTape`]).
 
 pub(crate) mod analysis;
 pub(crate) mod export;

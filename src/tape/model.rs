@@ -88,7 +88,7 @@ pub struct StepTape {
 }
 
 /// Bytes resident in each tier at one moment, for the "resident bytes" counter of
-/// [`to_perfetto`].
+/// [`to_perfetto`](crate::tape::to_perfetto).
 ///
 /// `t_ns` is on the tape's clock: nanoseconds since the step began, like
 /// [`OpRecord::start_ns`].
