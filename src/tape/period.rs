@@ -172,8 +172,11 @@ pub struct PeriodDetector {
     /// `n % ring`, kept as the stream grows: ring positions are found from it by a subtraction
     /// (see [`slot`](Self::slot)), where `k % ring` took a division for every signature read.
     head: usize,
-    /// Each signature's last position, pruned to the last `max` ops every `ring` pushes.
+    /// Each signature's last position, pruned to the last `max` ops every `ring` pushes, and
+    /// not kept up while observing (see [`resume`](Self::resume)).
     last_seen: FastMap<u64, usize>,
+    /// The first position observed since the last resume, if any.
+    observed_from: Option<usize>,
     /// How many ops in a row, ending with the last one, have the same signature.
     stretch: usize,
     candidates: Vec<Candidate>,
@@ -231,6 +234,7 @@ impl PeriodDetector {
             n: 0,
             head: 0,
             last_seen: FastMap::default(),
+            observed_from: None,
             stretch: 0,
             candidates: Vec::new(),
             weakest: None,
@@ -328,6 +332,7 @@ impl PeriodDetector {
     /// of one hash step, where a push follows up to 40 candidate periods. For a caller that
     /// knows the period and checks it by other means.
     pub fn observe(&mut self, sig: u64) {
+        self.observed_from.get_or_insert(self.n);
         self.store(sig);
         if self.period.is_some() || !self.candidates.is_empty() {
             // Their runs are not extended while observing.
@@ -339,13 +344,26 @@ impl PeriodDetector {
     }
 
     /// Looks for periods again after [`observe`](Self::observe): the last positions of the
-    /// signatures of the last `max` ops are rebuilt from the remembered stream, so a period
-    /// whose ops recur is proposed at its next recurrence and its run measured over the stream
-    /// observed before. Costs O(`max`) once.
+    /// signatures observed (at most the last `max` ops) are added to those pushed before, so a
+    /// period whose ops recur is proposed at its next recurrence and its run measured over the
+    /// stream observed before. Costs O(ops observed), at most O(`max`), once. (A position the
+    /// map keeps from before that is further back than `max` proposes nothing: its distance is
+    /// out of range, as if it were gone.)
     pub fn resume(&mut self) {
-        self.last_seen.clear();
-        for k in self.n.saturating_sub(self.max)..self.n {
-            self.last_seen.insert(self.sig(k), k);
+        let observed = self.observed_from.take();
+        if self.shortcuts {
+            let from = observed
+                .unwrap_or(self.n)
+                .max(self.n.saturating_sub(self.max));
+            for k in from..self.n {
+                self.last_seen.insert(self.sig(k), k);
+            }
+        } else {
+            // Rebuilt from the remembered stream alone: what the map above must match.
+            self.last_seen.clear();
+            for k in self.n.saturating_sub(self.max)..self.n {
+                self.last_seen.insert(self.sig(k), k);
+            }
         }
         self.candidates.clear();
         self.weakest = None;
@@ -374,6 +392,7 @@ impl PeriodDetector {
         self.prefix.clear();
         self.prefix.push(0); // H[0]; the slot may hold a wrapped H[ring]
         self.n = 0;
+        self.observed_from = None;
         self.head = 0;
         self.stretch = 0;
         self.last_seen.clear();
@@ -861,8 +880,23 @@ mod tests {
                     }
                 }
             }
+            // Every other round pauses detection now and then, as the recorder does while it
+            // verifies steps, and resumes it.
+            let mut observing = false;
             for (at, &sig) in stream.iter().enumerate() {
-                assert_eq!(fast.push(sig), slow.push(sig), "round {round}, op {at}");
+                if round % 2 == 1 && next().is_multiple_of(50) {
+                    observing = !observing;
+                    if !observing {
+                        fast.resume();
+                        slow.resume();
+                    }
+                }
+                if observing {
+                    fast.observe(sig);
+                    slow.observe(sig);
+                } else {
+                    assert_eq!(fast.push(sig), slow.push(sig), "round {round}, op {at}");
+                }
             }
         }
     }
