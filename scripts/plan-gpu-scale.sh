@@ -4,7 +4,7 @@
 # recorded at batch 2 and 4 on Flex (f32) with a budget that never binds. Then, on a device
 # profile (default h200-pcie5): the predicted overhead at 50%, 33% and 25% of the step's peak
 # for every policy and three prefetch windows, and for swap only, recompute only and both
-# (cost_aware, window 512); and the largest batch within 10% overhead at a budget of 40 GiB. (Not batch 1: autodiff skips the reductions over a batch of one, so the
+# (cost_aware, prefetch windows of 64 to 1024 ops); and the largest batch within 10% overhead at a budget of 40 GiB. (Not batch 1: autodiff skips the reductions over a batch of one, so the
 # program differs.) Recording takes a few minutes on two cores; tapes go to target/plan/.
 #
 #   scripts/plan-gpu-scale.sh [DEVICE]
@@ -45,14 +45,16 @@ for model in resnet transformer; do
                                          printf "%s: %s  ", p[1], p[2] } END { print "" }'
         done
     done
-    echo "## $model on $device: swap only, recompute only and both (cost_aware, window 512)"
-    for mode in swap recompute both; do
-        printf '%-10s ' "$mode"
-        ./target/release/examples/plan "$out/$model-b2.json" --device "$device" --sweep \
-            --fractions 50,33,25 --svg "$out/$model-$mode.svg" --preset "$preset" \
-            --policy cost_aware --prefetch-window 512 --recompute "$mode" \
-            | awk 'NR>=3 && NR<=5 { n = 0; for (i = 1; i <= NF; i++) if ($i ~ /%$/) p[++n] = $i;
-                                     printf "%s: %s (%s rebuilds)  ", p[1], p[2], $(NF-2) } END { print "" }'
+    echo "## $model on $device: swap only, recompute only and both (cost_aware, by prefetch window)"
+    for window in 64 128 256 512 1024; do
+        for mode in swap recompute both; do
+            printf 'window %-5s %-10s ' "$window" "$mode"
+            ./target/release/examples/plan "$out/$model-b2.json" --device "$device" --sweep \
+                --fractions 50,33,25 --svg "$out/$model-$mode-$window.svg" --preset "$preset" \
+                --policy cost_aware --prefetch-window "$window" --recompute "$mode" \
+                | awk 'NR>=3 && NR<=5 { n = 0; for (i = 1; i <= NF; i++) if ($i ~ /%$/) p[++n] = $i;
+                                         printf "%s: %s (%s rebuilds)  ", p[1], p[2], $(NF-2) } END { print "" }'
+        done
     done
     echo "## $model: the largest batch within 10% overhead at 40 GiB (cost_aware, window 512)"
     ./target/release/examples/plan "$out/$model-b2.json" "$out/$model-b4.json" --batches 2,4 \
