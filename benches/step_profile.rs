@@ -150,6 +150,13 @@ fn run<M: Model<Spilled> + Preset>(
         "{steps} steps, {ms:.3} ms per step; moved {} B to the host, {} B back; peak {} B (plain {peak:?}); ops in the last recorded step {ops:?}; tape {tape:?}",
         stats.device_to_host.bytes, stats.host_to_device.bytes, stats.peak.device
     );
+    println!(
+        "over-budget ops {} (largest {} B), estimate misses {}, unevictable now {} B",
+        stats.over_budget_ops,
+        stats.largest_over_budget_op_bytes,
+        stats.estimate_misses,
+        stats.unevictable_device_bytes
+    );
 }
 
 /// Runs `thousands` thousand 16x16 adds, each on two fresh inputs; the budget as for a model,

@@ -375,3 +375,76 @@ fn tensors_made_while_memory_was_ample_are_evicted_once_it_runs_short() {
         "the evicted tensor",
     );
 }
+
+/// An op whose output outgrows its inputs (an outer product, a linear layer widening its
+/// input) is sized from their shapes the first time it runs, before any size is learnt: room
+/// is made for the whole output, so the budget holds on that first run too. With the largest
+/// input as the estimate, each of these ran with 16 KiB more than the budget on the device.
+#[test]
+fn an_op_that_outgrows_its_inputs_fits_the_budget_on_its_first_run() {
+    use burn::tensor::TensorData;
+    use burn::tensor::ops::{FloatTensorOps, ModuleOps};
+    use burn_spill::Tier;
+    let _serial = serial();
+    let device = dev();
+    let data = |seed: usize, shape: [usize; 2]| {
+        let values: Vec<f32> = (0..shape[0] * shape[1])
+            .map(|i| ((seed * 31 + i * 7) % 23) as f32 * 0.25 - 2.0)
+            .collect();
+        TensorData::new(values, shape)
+    };
+    let one = 64 * 64 * 4;
+    let budget = one + one / 4;
+    let config = SpillConfig::default()
+        .device_budget_bytes(budget)
+        .asynchronous(false);
+    Spill::configure(&device, config).unwrap();
+    let before = Spill::stats(&device);
+    let resident = Spill::float_from_data(data(1, [64, 64]), &device);
+    let column = |seed| Spill::float_from_data(data(seed, [64, 1]), &device);
+    let row = |seed| Spill::float_from_data(data(seed, [1, 64]), &device);
+
+    // [64, 1] x [1, 64]: the output is 64 times each input.
+    let outer = Spill::float_matmul(column(2), row(3));
+    let stats = Spill::stats(&device);
+    assert_eq!(
+        resident.residency(),
+        Tier::Host,
+        "room was made for the product"
+    );
+    assert!(
+        stats.peak.device <= budget,
+        "device peak {} over the budget {budget} on the product's first run",
+        stats.peak.device
+    );
+    // x [64, 1], weight [1, 64]: a linear layer from 1 to 64 features.
+    let widened = Spill::linear(column(4), row(5), None);
+    let stats = Spill::stats(&device);
+    assert!(
+        stats.peak.device <= budget,
+        "device peak {} over the budget {budget} on the linear layer's first run",
+        stats.peak.device
+    );
+    assert_eq!(stats.estimate_misses, before.estimate_misses);
+    assert_eq!(stats.over_budget_ops, before.over_budget_ops);
+
+    let plain_device = Default::default();
+    let plain = |seed, shape| Plain::float_from_data(data(seed, shape), &plain_device);
+    let expected_outer = Plain::float_matmul(plain(2, [64, 1]), plain(3, [1, 64]));
+    let expected_widened = Plain::linear(plain(4, [64, 1]), plain(5, [1, 64]), None);
+    assert_same_data(
+        &common::read_float::<Plain>(expected_outer),
+        &common::read_float::<Spill>(outer),
+        "the outer product",
+    );
+    assert_same_data(
+        &common::read_float::<Plain>(expected_widened),
+        &common::read_float::<Spill>(widened),
+        "the linear layer",
+    );
+    assert_same_data(
+        &data(1, [64, 64]),
+        &common::read_float::<Spill>(resident),
+        "the evicted tensor",
+    );
+}

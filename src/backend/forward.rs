@@ -295,12 +295,57 @@ macro_rules! spill_primitive {
     };
 }
 
+/// Tells the op scope the output size of an op that can outgrow its inputs, from their shapes,
+/// before they are noted (see `output_size.rs`); nothing for the other ops.
+macro_rules! spill_output_size {
+    (float_matmul, $op:ident; $lhs:ident, $rhs:ident) => {
+        $op.known_output($crate::backend::output_size::matmul(
+            $lhs.shape_dims(),
+            $lhs.bytes(),
+            $rhs.shape_dims(),
+            $rhs.bytes(),
+        ))
+    };
+    (linear, $op:ident; $x:ident, $weight:ident, $bias:ident) => {
+        $op.known_output($crate::backend::output_size::linear(
+            $x.shape_dims(),
+            $x.bytes(),
+            $weight.shape_dims(),
+        ))
+    };
+    (linear_x_backward, $op:ident; $weight:ident, $grad:ident) => {
+        $op.known_output($crate::backend::output_size::linear_x_backward(
+            $weight.shape_dims(),
+            $grad.shape_dims(),
+            $grad.bytes(),
+        ))
+    };
+    (linear_weight_backward, $op:ident; $x:ident, $grad:ident) => {
+        $op.known_output($crate::backend::output_size::linear_weight_backward(
+            $x.shape_dims(),
+            $x.bytes(),
+            $grad.shape_dims(),
+        ))
+    };
+    (embedding, $op:ident; $weights:ident, $indices:ident) => {
+        $op.known_output($crate::backend::output_size::embedding(
+            $weights.shape_dims(),
+            $weights.bytes(),
+            $indices.shape_dims(),
+        ))
+    };
+    ($other:ident, $op:ident; $($arg:ident),*) => {
+        ()
+    };
+}
+
 /// The body of one forwarding method. A row marked `#[recompute]` (a pure op: its output is a
 /// function of its arguments alone) also gives its output a recipe that runs `B`'s same
 /// kernel again, when the device may drop victims (see `recipe.rs`).
 macro_rules! forward_body {
     ([] $ops:ident; $name:ident; ( $( $arg:ident : $kind:tt ),* ) -> $out:tt) => {{
         let mut op = $crate::backend::op_scope::OpScope::<B>::new(stringify!($name));
+        $crate::backend::forward::spill_output_size!($name, op; $( $arg ),*);
         $( $crate::backend::forward::spill_note!($kind, $arg, op); )*
         op.begin();
         $( let $arg = $crate::backend::forward::spill_unwrap!($kind, $arg, op); )*
@@ -359,6 +404,6 @@ macro_rules! forward_ops {
 }
 
 pub(crate) use {
-    forward_body, forward_ops, spill_keep, spill_note, spill_primitive, spill_replay, spill_ty,
-    spill_unwrap, spill_wrap,
+    forward_body, forward_ops, spill_keep, spill_note, spill_output_size, spill_primitive,
+    spill_replay, spill_ty, spill_unwrap, spill_wrap,
 };

@@ -10,6 +10,7 @@ mod layout;
 pub(crate) mod learner;
 pub(crate) mod op_scope;
 mod ops;
+pub(crate) mod output_size;
 pub(crate) mod queues;
 pub(crate) mod recipe;
 pub(crate) mod tensor;

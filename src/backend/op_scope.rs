@@ -144,6 +144,9 @@ pub(crate) struct OpScope<B: Backend> {
     hints: Option<FastHasher>,
     /// The size those arguments give a tensor created from nothing.
     created: CreatedSize,
+    /// The output's bytes, where the op says them from its inputs' shapes (see
+    /// `output_size.rs`): what room is made for before its size is learnt.
+    known_output: Option<u64>,
     ticket: Option<OpTicket>,
     outputs: SmallVec<[OpOutput; 2]>,
     retired: SmallVec<[RetiredHandle<B>; 4]>,
@@ -170,6 +173,7 @@ impl<B: Backend> OpScope<B> {
             inputs: SmallVec::new(),
             hints: None,
             created: CreatedSize::default(),
+            known_output: None,
             ticket: None,
             outputs: SmallVec::new(),
             retired: SmallVec::new(),
@@ -223,7 +227,8 @@ impl<B: Backend> OpScope<B> {
             self.engine = Some(tensor.engine().clone());
         }
         if tracking && !self.decided {
-            self.decide(tensor.bytes());
+            // An output larger than the inputs must fit too, or the op runs tracked.
+            self.decide(tensor.bytes().max(self.known_output.unwrap_or(0)));
         }
         if self.recomputable {
             self.recipe_input(tensor);
@@ -348,6 +353,12 @@ impl<B: Backend> OpScope<B> {
         self.created.bytes = Some(bytes);
     }
 
+    /// Notes the output's bytes, as the op's inputs' shapes give them (called before the
+    /// inputs are noted).
+    pub(crate) fn known_output(&mut self, bytes: Option<u64>) {
+        self.known_output = bytes;
+    }
+
     /// Makes room for the noted inputs and the estimated output.
     pub(crate) fn begin(&mut self) {
         if self.engine.is_some() && !self.decided {
@@ -359,13 +370,14 @@ impl<B: Backend> OpScope<B> {
         }
         if let Some(engine) = &self.engine {
             let hint = self.hints.as_ref().map_or(0, Hasher::finish);
-            // An op with tensor inputs has its output size learnt from them; one that creates
-            // a tensor from nothing is sized by its arguments from the first call.
-            let known = self
-                .inputs
-                .is_empty()
-                .then(|| self.created.bytes())
-                .flatten();
+            // An op with tensor inputs has its output size learnt from them (or, for the ops
+            // that can outgrow them, given by their shapes); one that creates a tensor from
+            // nothing is sized by its arguments from the first call.
+            let known = if self.inputs.is_empty() {
+                self.created.bytes()
+            } else {
+                self.known_output
+            };
             self.ticket = engine.begin_op(self.name, &self.inputs, hint, known);
         }
     }
