@@ -377,7 +377,7 @@ fn tensors_made_while_memory_was_ample_are_evicted_once_it_runs_short() {
 }
 
 /// An op whose output outgrows its inputs (an outer product, a linear layer widening its
-/// input) is sized from their shapes the first time it runs, before any size is learnt: room
+/// input, a convolution adding channels) is sized from their shapes the first time it runs, before any size is learnt: room
 /// is made for the whole output, so the budget holds on that first run too. With the largest
 /// input as the estimate, each of these ran with 16 KiB more than the budget on the device.
 #[test]
@@ -425,6 +425,28 @@ fn an_op_that_outgrows_its_inputs_fits_the_budget_on_its_first_run() {
         "device peak {} over the budget {budget} on the linear layer's first run",
         stats.peak.device
     );
+    // 1 channel of 16x16 into 16 channels of 3x3 filters, padded: 16 times the image.
+    let conv_options = || burn::tensor::ops::ConvOptions::new([1, 1], [1, 1], [1, 1], 1);
+    let image = |seed| {
+        TensorData::new(
+            data(seed, [16, 16]).to_vec::<f32>().unwrap(),
+            [1, 1, 16, 16],
+        )
+    };
+    let filters =
+        |seed| TensorData::new(data(seed, [16, 9]).to_vec::<f32>().unwrap(), [16, 1, 3, 3]);
+    let channels = Spill::conv2d(
+        Spill::float_from_data(image(6), &device),
+        Spill::float_from_data(filters(7), &device),
+        None,
+        conv_options(),
+    );
+    let stats = Spill::stats(&device);
+    assert!(
+        stats.peak.device <= budget,
+        "device peak {} over the budget {budget} on the convolution's first run",
+        stats.peak.device
+    );
     assert_eq!(stats.estimate_misses, before.estimate_misses);
     assert_eq!(stats.over_budget_ops, before.over_budget_ops);
 
@@ -441,6 +463,17 @@ fn an_op_that_outgrows_its_inputs_fits_the_budget_on_its_first_run() {
         &common::read_float::<Plain>(expected_widened),
         &common::read_float::<Spill>(widened),
         "the linear layer",
+    );
+    let expected_channels = Plain::conv2d(
+        Plain::float_from_data(image(6), &plain_device),
+        Plain::float_from_data(filters(7), &plain_device),
+        None,
+        conv_options(),
+    );
+    assert_same_data(
+        &common::read_float::<Plain>(expected_channels),
+        &common::read_float::<Spill>(channels),
+        "the convolution",
     );
     assert_same_data(
         &data(1, [64, 64]),

@@ -334,6 +334,46 @@ macro_rules! spill_output_size {
             $indices.shape_dims(),
         ))
     };
+    (conv1d, $op:ident; $x:ident, $weight:ident, $bias:ident, $options:ident) => {
+        $crate::backend::forward::spill_output_size!(@conv $op; $x, $weight, $options)
+    };
+    (conv2d, $op:ident; $x:ident, $weight:ident, $bias:ident, $options:ident) => {
+        $crate::backend::forward::spill_output_size!(@conv $op; $x, $weight, $options)
+    };
+    (conv3d, $op:ident; $x:ident, $weight:ident, $bias:ident, $options:ident) => {
+        $crate::backend::forward::spill_output_size!(@conv $op; $x, $weight, $options)
+    };
+    (conv_transpose1d, $op:ident; $x:ident, $weight:ident, $bias:ident, $options:ident) => {
+        $crate::backend::forward::spill_output_size!(@transpose $op; $x, $weight, $options)
+    };
+    (conv_transpose2d, $op:ident; $x:ident, $weight:ident, $bias:ident, $options:ident) => {
+        $crate::backend::forward::spill_output_size!(@transpose $op; $x, $weight, $options)
+    };
+    (conv_transpose3d, $op:ident; $x:ident, $weight:ident, $bias:ident, $options:ident) => {
+        $crate::backend::forward::spill_output_size!(@transpose $op; $x, $weight, $options)
+    };
+    (@conv $op:ident; $x:ident, $weight:ident, $options:ident) => {
+        $op.known_output($crate::backend::output_size::conv(
+            $x.shape_dims(),
+            $x.bytes(),
+            $weight.shape_dims(),
+            &$options.stride,
+            &$options.padding,
+            &$options.dilation,
+        ))
+    };
+    (@transpose $op:ident; $x:ident, $weight:ident, $options:ident) => {
+        $op.known_output($crate::backend::output_size::conv_transpose(
+            $x.shape_dims(),
+            $x.bytes(),
+            $weight.shape_dims(),
+            &$options.stride,
+            &$options.padding,
+            &$options.padding_out,
+            &$options.dilation,
+            $options.groups,
+        ))
+    };
     ($other:ident, $op:ident; $($arg:ident),*) => {
         ()
     };

@@ -1,5 +1,5 @@
 //! Output sizes, from the inputs' shapes, of the ops whose output can be larger than every
-//! input: matrix products, linear layers and embedding lookups.
+//! input: matrix products, linear layers, embedding lookups and convolutions.
 //!
 //! The engine makes room for an op's output before the op runs, and learns each op's output
 //! size (per op and input sizes) from its first run. Until then it takes the largest input
@@ -88,6 +88,61 @@ pub(crate) fn embedding(weights: &[usize], weights_bytes: u64, indices: &[usize]
         .checked_mul(element)
 }
 
+/// A convolution's output: `x [batch, channels_in, size..]`, `weight [channels_out,
+/// channels_in / groups, kernel..]` -> `[batch, channels_out, out..]`, each `out` as Burn's
+/// `calculate_conv_output_size` gives it, in `x`'s element type.
+pub(crate) fn conv(
+    x: &[usize],
+    x_bytes: u64,
+    weight: &[usize],
+    stride: &[usize],
+    padding: &[usize],
+    dilation: &[usize],
+) -> Option<u64> {
+    let ([batch, _, size @ ..], [channels_out, _, kernel @ ..]) = (x, weight) else {
+        return None;
+    };
+    let mut out = vec![*batch, *channels_out];
+    for (i, (&size, &kernel)) in size.iter().zip(kernel).enumerate() {
+        let span = dilation.get(i)?.checked_mul(kernel.checked_sub(1)?)? + 1;
+        let padded = size.checked_add(padding.get(i)?.checked_mul(2)?)?;
+        out.push(padded.checked_sub(span)? / stride.get(i).copied().filter(|&s| s > 0)? + 1);
+    }
+    (kernel.len() == size.len()).then_some(())?;
+    sized(&out, element_bytes(x, x_bytes)?)
+}
+
+/// A transposed convolution's output: `x [batch, channels_in, size..]`, `weight [channels_in,
+/// channels_out / groups, kernel..]` -> `[batch, channels_out, out..]`, each `out` as Burn's
+/// `calculate_conv_transpose_output_size` gives it, in `x`'s element type.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn conv_transpose(
+    x: &[usize],
+    x_bytes: u64,
+    weight: &[usize],
+    stride: &[usize],
+    padding: &[usize],
+    padding_out: &[usize],
+    dilation: &[usize],
+    groups: usize,
+) -> Option<u64> {
+    let ([batch, _, size @ ..], [_, channels_per_group, kernel @ ..]) = (x, weight) else {
+        return None;
+    };
+    let mut out = vec![*batch, channels_per_group.checked_mul(groups)?];
+    for (i, (&size, &kernel)) in size.iter().zip(kernel).enumerate() {
+        let span = dilation.get(i)?.checked_mul(kernel.checked_sub(1)?)? + 1;
+        let grown = size
+            .checked_sub(1)?
+            .checked_mul(*stride.get(i)?)?
+            .checked_add(span)?
+            .checked_add(*padding_out.get(i)?)?;
+        out.push(grown.checked_sub(padding.get(i)?.checked_mul(2)?)?);
+    }
+    (kernel.len() == size.len()).then_some(())?;
+    sized(&out, element_bytes(x, x_bytes)?)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -130,6 +185,45 @@ mod tests {
             linear_weight_backward(&[2, 3, 8], 2 * 3 * 8 * 4, &[2, 3, 64]),
             Some(8 * 64 * 4)
         );
+    }
+
+    #[test]
+    fn convolutions_are_sized_as_burn_sizes_them() {
+        // ResNet's stem: [2, 3, 224, 224], 64 filters of 7x7, stride 2, padding 3 ->
+        // [2, 64, 112, 112], 21 times its input.
+        let x = [2, 3, 224, 224];
+        let x_bytes = 2 * 3 * 224 * 224 * 4;
+        let stem = conv(&x, x_bytes, &[64, 3, 7, 7], &[2, 2], &[3, 3], &[1, 1]);
+        assert_eq!(stem, Some(2 * 64 * 112 * 112 * 4));
+        // 1-d, dilated: [1, 4, 100], kernel 3, dilation 2, no padding -> [1, 8, 96].
+        let dilated = conv(&[1, 4, 100], 1600, &[8, 4, 3], &[1], &[0], &[2]);
+        assert_eq!(dilated, Some(8 * 96 * 4));
+        // A kernel wider than the padded input, or a zero stride: the op reports it.
+        assert_eq!(
+            conv(&[1, 1, 2, 2], 16, &[1, 1, 5, 5], &[1, 1], &[0, 0], &[1, 1]),
+            None
+        );
+        assert_eq!(
+            conv(&[1, 1, 8, 8], 256, &[1, 1, 3, 3], &[0, 0], &[1, 1], &[1, 1]),
+            None
+        );
+        assert_eq!(
+            conv(&[1, 1, 8, 8], 256, &[1, 1, 3], &[1, 1], &[1, 1], &[1, 1]),
+            None
+        );
+        // Transposed, doubling: [1, 16, 8, 8], weight [16, 4, 4, 4] in 2 groups, stride 2,
+        // padding 1 -> [1, 8, 16, 16].
+        let up = conv_transpose(
+            &[1, 16, 8, 8],
+            16 * 8 * 8 * 4,
+            &[16, 4, 4, 4],
+            &[2, 2],
+            &[1, 1],
+            &[0, 0],
+            &[1, 1],
+            2,
+        );
+        assert_eq!(up, Some(8 * 16 * 16 * 4));
     }
 
     #[test]
