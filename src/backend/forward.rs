@@ -296,10 +296,11 @@ macro_rules! spill_primitive {
 }
 
 /// Tells the op scope the output size of an op that can outgrow its inputs, from their shapes,
-/// before they are noted (see `output_size.rs`); nothing for the other ops.
+/// before they are noted (see `output_size.rs`), when its first input's device has a budget;
+/// nothing for the other ops.
 macro_rules! spill_output_size {
     (float_matmul, $op:ident; $lhs:ident, $rhs:ident) => {
-        $op.known_output($crate::backend::output_size::matmul(
+        $op.known_output(&$lhs, || $crate::backend::output_size::matmul(
             $lhs.shape_dims(),
             $lhs.bytes(),
             $rhs.shape_dims(),
@@ -307,28 +308,28 @@ macro_rules! spill_output_size {
         ))
     };
     (linear, $op:ident; $x:ident, $weight:ident, $bias:ident) => {
-        $op.known_output($crate::backend::output_size::linear(
+        $op.known_output(&$x, || $crate::backend::output_size::linear(
             $x.shape_dims(),
             $x.bytes(),
             $weight.shape_dims(),
         ))
     };
     (linear_x_backward, $op:ident; $weight:ident, $grad:ident) => {
-        $op.known_output($crate::backend::output_size::linear_x_backward(
+        $op.known_output(&$weight, || $crate::backend::output_size::linear_x_backward(
             $weight.shape_dims(),
             $grad.shape_dims(),
             $grad.bytes(),
         ))
     };
     (linear_weight_backward, $op:ident; $x:ident, $grad:ident) => {
-        $op.known_output($crate::backend::output_size::linear_weight_backward(
+        $op.known_output(&$x, || $crate::backend::output_size::linear_weight_backward(
             $x.shape_dims(),
             $x.bytes(),
             $grad.shape_dims(),
         ))
     };
     (embedding, $op:ident; $weights:ident, $indices:ident) => {
-        $op.known_output($crate::backend::output_size::embedding(
+        $op.known_output(&$weights, || $crate::backend::output_size::embedding(
             $weights.shape_dims(),
             $weights.bytes(),
             $indices.shape_dims(),
@@ -353,7 +354,7 @@ macro_rules! spill_output_size {
         $crate::backend::forward::spill_output_size!(@transpose $op; $x, $weight, $options)
     };
     (@conv $op:ident; $x:ident, $weight:ident, $options:ident) => {
-        $op.known_output($crate::backend::output_size::conv(
+        $op.known_output(&$x, || $crate::backend::output_size::conv(
             $x.shape_dims(),
             $x.bytes(),
             $weight.shape_dims(),
@@ -363,7 +364,7 @@ macro_rules! spill_output_size {
         ))
     };
     (@transpose $op:ident; $x:ident, $weight:ident, $options:ident) => {
-        $op.known_output($crate::backend::output_size::conv_transpose(
+        $op.known_output(&$x, || $crate::backend::output_size::conv_transpose(
             $x.shape_dims(),
             $x.bytes(),
             $weight.shape_dims(),

@@ -353,10 +353,17 @@ impl<B: Backend> OpScope<B> {
         self.created.bytes = Some(bytes);
     }
 
-    /// Notes the output's bytes, as the op's inputs' shapes give them (called before the
-    /// inputs are noted).
-    pub(crate) fn known_output(&mut self, bytes: Option<u64>) {
-        self.known_output = bytes;
+    /// Notes the output's bytes, as the op's inputs' shapes give them (`bytes`), where `first`
+    /// (its first tensor input) lives on a device with a budget. Called before the inputs are
+    /// noted; elsewhere the shapes are not read.
+    pub(crate) fn known_output(
+        &mut self,
+        first: &SpillTensor<B>,
+        bytes: impl FnOnce() -> Option<u64>,
+    ) {
+        if first.engine().is_tracking() {
+            self.known_output = bytes();
+        }
     }
 
     /// Makes room for the noted inputs and the estimated output.

@@ -20,11 +20,6 @@ fn elements(dims: &[usize]) -> Option<u64> {
         .try_fold(1u64, |n, &d| n.checked_mul(u64::try_from(d).ok()?))
 }
 
-/// `elements(dims)` elements of `element` bytes each.
-fn sized(dims: &[usize], element: u64) -> Option<u64> {
-    elements(dims)?.checked_mul(element)
-}
-
 /// `lhs x rhs` of the same rank `D >= 2`: the batch dimensions broadcast, then
 /// `[.., m, k] x [.., k, n] -> [.., m, n]`, in the wider of the two element types.
 pub(crate) fn matmul(lhs: &[usize], lhs_bytes: u64, rhs: &[usize], rhs_bytes: u64) -> Option<u64> {
@@ -32,15 +27,15 @@ pub(crate) fn matmul(lhs: &[usize], lhs_bytes: u64, rhs: &[usize], rhs_bytes: u6
     if rank < 2 || rhs.len() != rank {
         return None;
     }
-    let mut out: Vec<usize> = lhs[..rank - 2]
+    let batch = lhs[..rank - 2]
         .iter()
         .zip(&rhs[..rank - 2])
-        .map(|(&l, &r)| l.max(r))
-        .collect();
-    out.push(lhs[rank - 2]);
-    out.push(rhs[rank - 1]);
+        .try_fold(1u64, |n, (&l, &r)| n.checked_mul(l.max(r) as u64))?;
     let element = element_bytes(lhs, lhs_bytes)?.max(element_bytes(rhs, rhs_bytes)?);
-    sized(&out, element)
+    batch
+        .checked_mul(lhs[rank - 2] as u64)?
+        .checked_mul(rhs[rank - 1] as u64)?
+        .checked_mul(element)
 }
 
 /// `linear(x, weight, bias)`: `x [.., d_input]`, `weight [d_input, d_output]` ->
@@ -49,11 +44,7 @@ pub(crate) fn linear(x: &[usize], x_bytes: u64, weight: &[usize]) -> Option<u64>
     let [_, d_output] = weight else {
         return None;
     };
-    let (_, batch) = x.split_last()?;
-    let element = element_bytes(x, x_bytes)?;
-    elements(batch)?
-        .checked_mul(*d_output as u64)?
-        .checked_mul(element)
+    last_dim_replaced(x, x_bytes, *d_output)
 }
 
 /// The gradient of `linear`'s input: `weight [d_input, d_output]`, `output_grad
@@ -62,10 +53,15 @@ pub(crate) fn linear_x_backward(weight: &[usize], grad: &[usize], grad_bytes: u6
     let [d_input, _] = weight else {
         return None;
     };
-    let (_, batch) = grad.split_last()?;
-    let element = element_bytes(grad, grad_bytes)?;
+    last_dim_replaced(grad, grad_bytes, *d_input)
+}
+
+/// A tensor of `dims` holding `bytes`, with its last dimension made `last`.
+fn last_dim_replaced(dims: &[usize], bytes: u64, last: usize) -> Option<u64> {
+    let (_, batch) = dims.split_last()?;
+    let element = element_bytes(dims, bytes)?;
     elements(batch)?
-        .checked_mul(*d_input as u64)?
+        .checked_mul(last as u64)?
         .checked_mul(element)
 }
 
@@ -73,7 +69,7 @@ pub(crate) fn linear_x_backward(weight: &[usize], grad: &[usize], grad_bytes: u6
 /// `[d_input, d_output]`, in `x`'s element type.
 pub(crate) fn linear_weight_backward(x: &[usize], x_bytes: u64, grad: &[usize]) -> Option<u64> {
     let element = element_bytes(x, x_bytes)?;
-    sized(&[*x.last()?, *grad.last()?], element)
+    elements(&[*x.last()?, *grad.last()?])?.checked_mul(element)
 }
 
 /// `embedding(weights, indices)`: `weights [n, d_model]`, `indices [..]` ->
@@ -102,14 +98,15 @@ pub(crate) fn conv(
     let ([batch, _, size @ ..], [channels_out, _, kernel @ ..]) = (x, weight) else {
         return None;
     };
-    let mut out = vec![*batch, *channels_out];
+    (kernel.len() == size.len()).then_some(())?;
+    let mut elements = (*batch as u64).checked_mul(*channels_out as u64)?;
     for (i, (&size, &kernel)) in size.iter().zip(kernel).enumerate() {
         let span = dilation.get(i)?.checked_mul(kernel.checked_sub(1)?)? + 1;
         let padded = size.checked_add(padding.get(i)?.checked_mul(2)?)?;
-        out.push(padded.checked_sub(span)? / stride.get(i).copied().filter(|&s| s > 0)? + 1);
+        let out = padded.checked_sub(span)? / stride.get(i).copied().filter(|&s| s > 0)? + 1;
+        elements = elements.checked_mul(out as u64)?;
     }
-    (kernel.len() == size.len()).then_some(())?;
-    sized(&out, element_bytes(x, x_bytes)?)
+    elements.checked_mul(element_bytes(x, x_bytes)?)
 }
 
 /// A transposed convolution's output: `x [batch, channels_in, size..]`, `weight [channels_in,
@@ -129,7 +126,9 @@ pub(crate) fn conv_transpose(
     let ([batch, _, size @ ..], [_, channels_per_group, kernel @ ..]) = (x, weight) else {
         return None;
     };
-    let mut out = vec![*batch, channels_per_group.checked_mul(groups)?];
+    (kernel.len() == size.len()).then_some(())?;
+    let channels_out = channels_per_group.checked_mul(groups)?;
+    let mut elements = (*batch as u64).checked_mul(channels_out as u64)?;
     for (i, (&size, &kernel)) in size.iter().zip(kernel).enumerate() {
         let span = dilation.get(i)?.checked_mul(kernel.checked_sub(1)?)? + 1;
         let grown = size
@@ -137,10 +136,10 @@ pub(crate) fn conv_transpose(
             .checked_mul(*stride.get(i)?)?
             .checked_add(span)?
             .checked_add(*padding_out.get(i)?)?;
-        out.push(grown.checked_sub(padding.get(i)?.checked_mul(2)?)?);
+        let out = grown.checked_sub(padding.get(i)?.checked_mul(2)?)?;
+        elements = elements.checked_mul(out as u64)?;
     }
-    (kernel.len() == size.len()).then_some(())?;
-    sized(&out, element_bytes(x, x_bytes)?)
+    elements.checked_mul(element_bytes(x, x_bytes)?)
 }
 
 #[cfg(test)]
