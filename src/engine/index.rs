@@ -322,6 +322,12 @@ impl Index {
         }
     }
 
+    /// The tier tensor `id` is in, if indexed.
+    #[cfg(test)]
+    pub fn tier_of(&self, id: TensorId) -> Option<Tier> {
+        self.entries.get(&id).map(|e| e.tier)
+    }
+
     /// The key of a tensor, if it has one.
     pub fn key_of(&self, id: TensorId) -> Option<KeyAt> {
         self.entries.get(&id).and_then(|e| e.key)

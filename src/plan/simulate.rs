@@ -1105,11 +1105,20 @@ impl<'a> Sim<'a> {
         }
         let target = decide::settle_target(budget, self.plan, now, self.learnt.transfer_ops);
         let committed = self.device - self.leaving;
+        // Set off above the target, an eviction goes on to the next ops' room with tensors
+        // used after them, as the engine's does.
+        let ahead = (committed > target)
+            .then(|| decide::settle_ahead(budget, self.plan, now, self.learnt.transfer_ops));
         if committed > target || room.is_some() {
-            let lowest = room.map_or(target, |(level, _)| level.min(target));
+            let settled = ahead.map_or(target, |(level, _)| level.min(target));
+            let lowest = room.map_or(settled, |(level, _)| level.min(settled));
             let history = self.learnt.moves.to_host;
             let here = !asynchronous || self.runs_here(history, committed.saturating_sub(lowest));
             let mut done = self.evict_down_to(target, i, now, &none, None, here);
+            if let Some((level, after)) = ahead {
+                let beyond = Some(now + after);
+                done = done.max(self.evict_down_to(level, i, now, &none, beyond, here));
+            }
             if let Some((level, beyond)) = room {
                 done = done.max(self.evict_down_to(level, i, now, &none, Some(beyond), here));
             }
@@ -1153,6 +1162,85 @@ mod tests {
 
     /// A prefetched tensor evicted again unread is benched, as the engine benches it: the
     /// engine's work after an op passes it over while it is due, until the bench is over.
+    /// An eviction that the settle target sets off goes on to the room the next ops need,
+    /// taking only tensors used after them: the engine's `settle_ahead`, one pass for several
+    /// ops' growth.
+    #[test]
+    fn an_eviction_goes_on_for_the_next_ops_with_tensors_used_after_them() {
+        const KIB: u64 = 1024;
+        // Sources 1 (read by op 1) and 2-5 (read by the last op); ops 0-10 each make a tensor
+        // the last op reads, so that each grows the device by 1 KiB.
+        let made: Vec<u64> = (100..=110).collect();
+        let mut ops: Vec<(&str, Vec<u64>, Vec<u64>)> = made
+            .iter()
+            .enumerate()
+            .map(|(i, &id)| {
+                (
+                    "float_exp",
+                    if i == 1 { vec![1] } else { Vec::new() },
+                    vec![id],
+                )
+            })
+            .collect();
+        ops.push((
+            "float_add",
+            [2, 3, 4, 5].into_iter().chain(made.clone()).collect(),
+            Vec::new(),
+        ));
+        let ops: Vec<(&str, &[u64], &[u64])> = ops
+            .iter()
+            .map(|(name, i, o)| (*name, i.as_slice(), o.as_slice()))
+            .collect();
+        let sizes: Vec<(u64, u64)> = (1..=5)
+            .chain(made.iter().copied())
+            .map(|id| (id, KIB))
+            .collect();
+        let t = tape(&ops, &sizes, &[]);
+        let profile = slow_device();
+        let plan = carry::repeating_plan(&t, &carry::pairs(&t));
+        let (op_seconds, gaps) = (vec![1e-6; ops.len()], (vec![0.0; ops.len()], 0.0));
+        let budget = 6 * KIB;
+        let settings = Settings {
+            budget,
+            host_limit: None,
+            policy: PolicyKind::NextUse,
+            prefetch_window: 0,
+            asynchronous: false,
+            recompute: RecomputeMode::Swap,
+        };
+        let mut sim = Sim::new(
+            &t,
+            &profile,
+            &plan,
+            &op_seconds,
+            &gaps,
+            settings,
+            Learnt::default(),
+        );
+        sim.place_sources(&Start::default());
+        assert_eq!(sim.device, 5 * KIB, "the sources start on the device");
+        // Op 0 made its tensor: 6 KiB, over the target (the budget less op 1's 1 KiB).
+        sim.place.insert(100, Place::Device);
+        sim.device += KIB;
+        sim.after_op(0);
+        let now = sim.positions_after[0];
+        let target = decide::settle_target(budget, &plan, now, 0);
+        let (ahead, after) = decide::settle_ahead(budget, &plan, now, 0);
+        assert!(ahead < target && after > 1, "the next ops grow the device");
+        assert_eq!(
+            sim.place.get(&1),
+            Some(&Place::Device),
+            "op 1 reads it: it stays"
+        );
+        let gone = |id: &u64| !matches!(sim.place.get(id), Some(Place::Device));
+        assert!(
+            [2, 3, 4, 5, 100].iter().all(gone),
+            "the tensors read last all go, where the target alone asked for one: {:?}",
+            sim.place
+        );
+        assert_eq!(sim.device - sim.leaving, KIB);
+    }
+
     #[test]
     fn a_wasted_prefetch_benches_the_tensor() {
         // Tensor 1 comes from before the step and is read by the last op.

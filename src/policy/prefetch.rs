@@ -83,6 +83,24 @@ pub fn settle_target(budget: u64, plan: &UsePlan, now: u32, transfer_ops: u32) -
     budget.saturating_sub(plan.headroom(now, 1 + transfer_ops))
 }
 
+/// How many ops beyond [`settle_target`]'s an eviction pass that runs anyway also makes room
+/// for (see [`settle_ahead`]).
+pub const SETTLE_AHEAD_OPS: u32 = 8;
+
+/// Where an eviction pass that [`settle_target`] set off goes on to, and how many ops away a
+/// tensor's next use must be for it to be taken there: the room [`SETTLE_AHEAD_OPS`] more ops
+/// need. A pass ranks every resident tensor, which costs the op thread more than the few
+/// victims it moves, and while the step grows nearly every op would set one off; going on for
+/// the next ops' room lets them run without one. Only tensors used after those ops go, so
+/// nothing they read moves early: what leaves is what Belady's MIN would evict for them.
+pub fn settle_ahead(budget: u64, plan: &UsePlan, now: u32, transfer_ops: u32) -> (u64, u32) {
+    let lookahead = 1 + transfer_ops + SETTLE_AHEAD_OPS;
+    (
+        budget.saturating_sub(plan.headroom(now, lookahead)),
+        lookahead,
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -8,26 +8,47 @@ use crate::engine::ledger::Direction;
 use crate::engine::slot::Tier;
 use crate::engine::transfer::{Job, Lane};
 use crate::policy::handoff::{self, MoveHistory};
+use crate::policy::prefetch as decide;
 
 use super::ample::UntrackedOp;
 use super::evict::Eviction;
 use super::prefetch::Room;
+use super::step::Placement;
 use super::{DeviceEngine, Limits, lock};
 
 /// What the eviction job on the transfer worker works toward: the latest op's wish.
 #[derive(Debug, Clone, Copy, Default)]
 pub(super) struct SettleGoal {
     pub(super) target: u64,
+    /// Where the eviction goes on to once at `target`, with tensors used after the next ops
+    /// only (see [`SettlePoint::ahead`]).
+    pub(super) ahead: Option<Room>,
     pub(super) room: Option<Room>,
     /// Bumped at every change, so that a goal set while the job finished is not lost.
     pub(super) generation: u64,
 }
 
-/// Above `trigger` device bytes, eviction after an op brings the device down to `target`.
+/// Above `trigger` device bytes, eviction after an op brings the device down to `target`, then
+/// on to `ahead`'s level with the tensors it allows.
 #[derive(Debug, Clone, Copy)]
 pub(super) struct SettlePoint {
     pub(super) trigger: u64,
     pub(super) target: u64,
+    /// With a plan: the room the next few ops need, made from tensors used after them (see
+    /// [`settle_ahead`](crate::policy::prefetch::settle_ahead)), so that those ops run without
+    /// a pass of their own.
+    pub(super) ahead: Option<Room>,
+}
+
+impl SettlePoint {
+    /// The lowest level an eviction that `committed` device bytes set off may bring the
+    /// device to.
+    fn lowest(&self, committed: u64) -> u64 {
+        match self.ahead {
+            Some(ahead) if committed > self.trigger => ahead.level.min(self.target),
+            _ => self.target,
+        }
+    }
 }
 
 /// Bytes one background eviction job moves before it lets queued prefetches run.
@@ -106,24 +127,30 @@ impl DeviceEngine {
         }
         let committed = self.device_committed();
         if committed > point.trigger || room.is_some() {
-            let lowest = room.map_or(point.target, |r| r.level.min(point.target));
+            let lowest = room.map_or(point.lowest(committed), |r| {
+                r.level.min(point.lowest(committed))
+            });
             if self.cheaper_here(Direction::DeviceToHost, committed.saturating_sub(lowest)) {
                 if committed > point.trigger {
                     self.make_room(point.target);
+                    if let Some(ahead) = point.ahead {
+                        self.make_room_for(ahead);
+                    }
                 }
                 if let Some(room) = room {
                     self.make_room_for(room);
                 }
             } else {
-                let target = if committed > point.trigger {
-                    point.target
+                let (target, ahead) = if committed > point.trigger {
+                    (point.target, point.ahead)
                 } else {
-                    u64::MAX
+                    (u64::MAX, None)
                 };
                 {
                     // A job already queued takes the new goal when it runs.
                     let mut goal = lock(&self.settle_goal);
                     goal.target = target;
+                    goal.ahead = ahead;
                     goal.room = room;
                     goal.generation += 1;
                 }
@@ -179,6 +206,14 @@ impl DeviceEngine {
                 let goal = *lock(&self.settle_goal);
                 // A slice at a time, so that prefetches queued meanwhile go first.
                 let mut outcome = self.evict_until_within(goal.target, SETTLE_SLICE_BYTES, None);
+                if let (Eviction::Reached, Some(ahead)) = (outcome, goal.ahead)
+                    && self.evict_until_within(ahead.level, SETTLE_SLICE_BYTES, Some(ahead.beyond))
+                        == Eviction::Sliced
+                {
+                    // Short of the tensors it may take, the ahead part is done: only a slice
+                    // cut short is taken up again.
+                    outcome = Eviction::Sliced;
+                }
                 if let (Eviction::Reached, Some(room)) = (outcome, goal.room) {
                     outcome =
                         self.evict_until_within(room.level, SETTLE_SLICE_BYTES, Some(room.beyond));
@@ -212,31 +247,36 @@ impl DeviceEngine {
     /// picks the victims, the plan says how much room is needed): the recorded step says how
     /// many bytes the next ops will add (as many ops as a move takes to land), and the device is
     /// kept exactly that far under the budget. Any more headroom would only move bytes the step
-    /// still needs (Belady's MIN evicts only when an op needs the room).
+    /// still needs (Belady's MIN evicts only when an op needs the room), except from tensors
+    /// used after the next few ops, which an eviction that runs anyway takes along (`ahead`).
     pub(super) fn settle_point(&self, limits: &Limits) -> SettlePoint {
         let planned = match (limits.budget, self.plan()) {
             (Some(budget), Some(plan)) if limits.planning() => {
                 // As far ahead as a move takes to land: an eviction for an op further away
                 // can still run after this one, when it is known to be needed.
-                let (_, now) = self.recorder.position();
+                let (step, now) = self.recorder.position();
                 let transfer_ops = self.transfer_ops.load(Ordering::Relaxed);
-                Some(crate::policy::prefetch::settle_target(
-                    budget,
-                    &plan,
-                    now,
-                    transfer_ops,
-                ))
+                let target = decide::settle_target(budget, &plan, now, transfer_ops);
+                let (level, after) = decide::settle_ahead(budget, &plan, now, transfer_ops);
+                let placement = Placement { plan, step, now };
+                let ahead = Room {
+                    level,
+                    beyond: placement.absolute(after),
+                };
+                Some((target, ahead))
             }
             _ => None,
         };
         match planned {
-            Some(target) => SettlePoint {
+            Some((target, ahead)) => SettlePoint {
                 trigger: target,
                 target,
+                ahead: Some(ahead),
             },
             None => SettlePoint {
                 trigger: limits.high_water,
                 target: limits.low_water,
+                ahead: None,
             },
         }
     }
@@ -264,8 +304,172 @@ impl DeviceEngine {
     pub(super) fn settle_at(&self, limits: &Limits, point: SettlePoint) {
         if self.device_committed() > point.trigger {
             self.make_room(point.target);
+            if let Some(ahead) = point.ahead {
+                self.make_room_for(ahead);
+            }
         } else {
             self.spill_host_overflow(limits);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use super::*;
+    use crate::engine::TensorRole;
+    use crate::engine::index::Spillable;
+    use crate::engine::slot::TensorId;
+    use crate::policy::PolicyKind;
+    use crate::policy::plan::{KeyAt, PlanKey, UsePlan};
+    use crate::tape::{OpRecord, StepTape};
+
+    const KIB: u64 = 1024;
+
+    /// A tensor whose eviction the ledger counts, as a real handle's is.
+    struct Counted;
+
+    impl Spillable for Counted {
+        fn evict(&self, engine: &DeviceEngine) -> Option<Tier> {
+            let to_host = Direction::DeviceToHost;
+            engine
+                .ledger()
+                .on_move(to_host, KIB, TensorRole::Other, Duration::ZERO);
+            Some(Tier::Host)
+        }
+        fn demote_to_disk(&self, _: &DeviceEngine) -> bool {
+            false
+        }
+        fn prefetch(&self, _: &DeviceEngine) -> bool {
+            false
+        }
+        fn as_any(&self) -> &dyn std::any::Any {
+            self
+        }
+        fn mark_indexed(&self) {}
+    }
+
+    /// Tensors 1-5 come from before the step: op 1 reads 1, the last op (11) reads 2-5 and
+    /// what ops 0-10 make, 1 KiB a tensor, so that each op grows the device by 1 KiB.
+    fn plan() -> UsePlan {
+        let op = |inputs: Vec<TensorId>, outputs: Vec<TensorId>| OpRecord {
+            name: "op".into(),
+            inputs,
+            outputs,
+            start_ns: 0,
+            duration_ns: 1,
+            thread: 1,
+        };
+        let made: Vec<TensorId> = (100..=110).collect();
+        let mut ops: Vec<OpRecord> = made
+            .iter()
+            .enumerate()
+            .map(|(i, &id)| op(if i == 1 { vec![1] } else { Vec::new() }, vec![id]))
+            .collect();
+        ops.push(op(
+            [2, 3, 4, 5].into_iter().chain(made).collect(),
+            Vec::new(),
+        ));
+        let tensors = (1..=5)
+            .chain(100..=110)
+            .map(|id| crate::tape::TensorRecord {
+                id,
+                bytes: KIB,
+                dtype: "F32".into(),
+                shape: vec![256],
+                role: TensorRole::Other,
+                producer: (id >= 100).then(|| crate::tape::Producer {
+                    op: (id - 100) as u32,
+                    output: 0,
+                }),
+            })
+            .collect();
+        let tape = StepTape {
+            ops,
+            tensors,
+            ..Default::default()
+        };
+        UsePlan::from_tape(&tape, None)
+    }
+
+    /// An engine at the start of [`plan`]'s step, with tensors 1-5 (all `tensor`, which the
+    /// index holds weakly) on the device, and a budget 0.5 KiB short of what op 0 needs beside
+    /// them.
+    fn engine_before_op_0(asynchronous: bool, tensor: &Arc<dyn Spillable>) -> Arc<DeviceEngine> {
+        let engine = Arc::new(DeviceEngine::default());
+        // Op 0, next, makes 1 KiB: the target is the budget less that.
+        let budget = 5 * KIB + KIB / 2;
+        engine.limits.set(Limits {
+            budget: Some(budget),
+            high_water: budget,
+            policy: PolicyKind::NextUse,
+            prefetch_window: 0,
+            asynchronous,
+            ..Limits::default()
+        });
+        let plan = plan();
+        // As putting the plan in force does: the level under which no op settles.
+        engine
+            .plan_headroom
+            .store(plan.max_headroom() + 1, Ordering::Relaxed);
+        *engine.plan.write().unwrap() = Some(Arc::new(plan));
+        for (id, op, slot) in [(1, 1, 0), (2, 11, 0), (3, 11, 1), (4, 11, 2), (5, 11, 3)] {
+            engine.ledger().on_create(KIB, TensorRole::Other);
+            let key = KeyAt {
+                step: 0,
+                key: PlanKey::Input { op, slot },
+            };
+            let mut index = lock(&engine.index);
+            index.admit_output(id, KIB, id, || Arc::downgrade(tensor), Some(key));
+        }
+        engine
+    }
+
+    /// Where tensors 1-5 are after settling.
+    fn assert_settled_ahead(engine: &DeviceEngine) {
+        let index = lock(&engine.index);
+        let tier = |id| index.tier_of(id);
+        assert_eq!(tier(1), Some(Tier::Device), "op 1 reads it: it stays");
+        assert!(
+            [2, 3, 4, 5]
+                .into_iter()
+                .all(|id| tier(id) == Some(Tier::Host)),
+            "the tensors read last all go, where the target alone asked for one"
+        );
+        assert_eq!(engine.device_committed(), KIB);
+    }
+
+    #[test]
+    fn a_settling_eviction_goes_on_for_the_next_ops_with_tensors_used_after_them() {
+        let tensor: Arc<dyn Spillable> = Arc::new(Counted);
+        let engine = engine_before_op_0(false, &tensor);
+        engine.settle();
+        assert_settled_ahead(&engine);
+    }
+
+    #[test]
+    fn an_asynchronous_engine_goes_on_for_the_next_ops_on_the_op_thread_too() {
+        let tensor: Arc<dyn Spillable> = Arc::new(Counted);
+        let engine = engine_before_op_0(true, &tensor);
+        // Moves measured as nearly free: an eviction is cheaper here than handed to a worker.
+        for direction in [Direction::DeviceToHost, Direction::HostToDevice].repeat(64) {
+            engine
+                .ledger()
+                .on_move(direction, KIB, TensorRole::Other, Duration::from_nanos(1));
+        }
+        assert!(engine.cheaper_here(Direction::DeviceToHost, 4 * KIB));
+        engine.after_op();
+        assert_settled_ahead(&engine);
+    }
+
+    #[test]
+    fn the_transfer_worker_goes_on_for_the_next_ops_too() {
+        let tensor: Arc<dyn Spillable> = Arc::new(Counted);
+        let engine = engine_before_op_0(true, &tensor);
+        engine.after_op();
+        engine.quiesce();
+        assert_settled_ahead(&engine);
     }
 }
