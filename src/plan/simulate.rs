@@ -1114,11 +1114,13 @@ impl<'a> Sim<'a> {
             let lowest = room.map_or(settled, |(level, _)| level.min(settled));
             let history = self.learnt.moves.to_host;
             let here = !asynchronous || self.runs_here(history, committed.saturating_sub(lowest));
-            let mut done = self.evict_down_to(target, i, now, &none, None, here);
+            // The ahead part first, as the engine's `settle_to` does.
+            let mut done = self.clock;
             if let Some((level, after)) = ahead {
                 let beyond = Some(now + after);
-                done = done.max(self.evict_down_to(level, i, now, &none, beyond, here));
+                done = self.evict_down_to(level, i, now, &none, beyond, here);
             }
+            done = done.max(self.evict_down_to(target, i, now, &none, None, here));
             if let Some((level, beyond)) = room {
                 done = done.max(self.evict_down_to(level, i, now, &none, Some(beyond), here));
             }

@@ -20,16 +20,16 @@ use super::{DeviceEngine, Limits, lock};
 #[derive(Debug, Clone, Copy, Default)]
 pub(super) struct SettleGoal {
     pub(super) target: u64,
-    /// Where the eviction goes on to once at `target`, with tensors used after the next ops
-    /// only (see [`SettlePoint::ahead`]).
+    /// The next ops' room, made first and from tensors used after them only (see
+    /// [`SettlePoint::ahead`]).
     pub(super) ahead: Option<Room>,
     pub(super) room: Option<Room>,
     /// Bumped at every change, so that a goal set while the job finished is not lost.
     pub(super) generation: u64,
 }
 
-/// Above `trigger` device bytes, eviction after an op brings the device down to `target`, then
-/// on to `ahead`'s level with the tensors it allows.
+/// Above `trigger` device bytes, eviction after an op brings the device down to `target`, and
+/// to `ahead`'s level with the tensors that allows.
 #[derive(Debug, Clone, Copy)]
 pub(super) struct SettlePoint {
     pub(super) trigger: u64,
@@ -132,10 +132,7 @@ impl DeviceEngine {
             });
             if self.cheaper_here(Direction::DeviceToHost, committed.saturating_sub(lowest)) {
                 if committed > point.trigger {
-                    self.make_room(point.target);
-                    if let Some(ahead) = point.ahead {
-                        self.make_room_for(ahead);
-                    }
+                    self.settle_to(point);
                 }
                 if let Some(room) = room {
                     self.make_room_for(room);
@@ -205,15 +202,18 @@ impl DeviceEngine {
             Job::Settle => {
                 let goal = *lock(&self.settle_goal);
                 // A slice at a time, so that prefetches queued meanwhile go first.
-                let mut outcome = self.evict_until_within(goal.target, SETTLE_SLICE_BYTES, None);
-                if let (Eviction::Reached, Some(ahead)) = (outcome, goal.ahead)
-                    && self.evict_until_within(ahead.level, SETTLE_SLICE_BYTES, Some(ahead.beyond))
-                        == Eviction::Sliced
-                {
-                    // Short of the tensors it may take, the ahead part is done: only a slice
-                    // cut short is taken up again.
-                    outcome = Eviction::Sliced;
-                }
+                // The next ops' room first: from tensors used after them, it reaches the
+                // target in the same pass (one left short goes on to the target with any).
+                let ahead = match goal.ahead {
+                    Some(ahead) => {
+                        self.evict_until_within(ahead.level, SETTLE_SLICE_BYTES, Some(ahead.beyond))
+                    }
+                    None => Eviction::Reached,
+                };
+                let mut outcome = match ahead {
+                    Eviction::Sliced => Eviction::Sliced,
+                    _ => self.evict_until_within(goal.target, SETTLE_SLICE_BYTES, None),
+                };
                 if let (Eviction::Reached, Some(room)) = (outcome, goal.room) {
                     outcome =
                         self.evict_until_within(room.level, SETTLE_SLICE_BYTES, Some(room.beyond));
@@ -301,12 +301,20 @@ impl DeviceEngine {
         self.settle_at(&limits, self.settle_point(&limits));
     }
 
+    /// Evicts down to `point`'s target, and on to its `ahead` level with the tensors that
+    /// allows. The ahead part goes first: the policy ranks tensors used after the next ops
+    /// first anyway, so that one pass usually reaches both levels, where the target first
+    /// would make every settling two passes.
+    fn settle_to(&self, point: SettlePoint) {
+        if let Some(ahead) = point.ahead {
+            self.make_room_for(ahead);
+        }
+        self.make_room(point.target);
+    }
+
     pub(super) fn settle_at(&self, limits: &Limits, point: SettlePoint) {
         if self.device_committed() > point.trigger {
-            self.make_room(point.target);
-            if let Some(ahead) = point.ahead {
-                self.make_room_for(ahead);
-            }
+            self.settle_to(point);
         } else {
             self.spill_host_overflow(limits);
         }
