@@ -357,23 +357,16 @@ mod tests {
 
     use super::*;
     use crate::engine::device::Limits;
+    use crate::engine::device::test_support::op;
     use crate::engine::index::absolute;
     use crate::engine::index::tests::Fake;
     use crate::policy::PolicyKind;
     use crate::policy::plan::UsePlan;
     use crate::policy::prefetch::MAX_LEAD;
-    use crate::tape::{OpRecord, StepTape};
+    use crate::tape::StepTape;
 
     /// A plan of 10 ops where op 0 makes tensors 1 and 2, op 8 reads 1 and op 9 reads 2.
     fn plan() -> UsePlan {
-        let op = |inputs: Vec<TensorId>, outputs: Vec<TensorId>| OpRecord {
-            name: "op".into(),
-            inputs,
-            outputs,
-            start_ns: 0,
-            duration_ns: 1,
-            thread: 1,
-        };
         let mut ops = vec![op(Vec::new(), vec![1, 2])];
         ops.extend((1..8).map(|_| op(Vec::new(), Vec::new())));
         ops.push(op(vec![1], Vec::new()));

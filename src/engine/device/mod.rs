@@ -29,6 +29,25 @@ mod recompute;
 mod settle;
 mod step;
 
+/// What the device engine's tests share.
+#[cfg(test)]
+mod test_support {
+    use crate::engine::slot::TensorId;
+    use crate::tape::OpRecord;
+
+    /// An op of a test's tape that reads `inputs` and makes `outputs`.
+    pub(super) fn op(inputs: Vec<TensorId>, outputs: Vec<TensorId>) -> OpRecord {
+        OpRecord {
+            name: "op".into(),
+            inputs,
+            outputs,
+            start_ns: 0,
+            duration_ns: 1,
+            thread: 1,
+        }
+    }
+}
+
 use crate::policy::prefetch::Bench;
 pub use admit::{OpInput, OpOutput, OpTicket};
 pub use ample::UntrackedOp;

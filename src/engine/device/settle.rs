@@ -328,11 +328,12 @@ mod tests {
 
     use super::*;
     use crate::engine::TensorRole;
+    use crate::engine::device::test_support::op;
     use crate::engine::index::Spillable;
     use crate::engine::slot::TensorId;
     use crate::policy::PolicyKind;
     use crate::policy::plan::{KeyAt, PlanKey, UsePlan};
-    use crate::tape::{OpRecord, StepTape};
+    use crate::tape::StepTape;
 
     const KIB: u64 = 1024;
 
@@ -362,16 +363,8 @@ mod tests {
     /// Tensors 1-5 come from before the step: op 1 reads 1, the last op (11) reads 2-5 and
     /// what ops 0-10 make, 1 KiB a tensor, so that each op grows the device by 1 KiB.
     fn plan() -> UsePlan {
-        let op = |inputs: Vec<TensorId>, outputs: Vec<TensorId>| OpRecord {
-            name: "op".into(),
-            inputs,
-            outputs,
-            start_ns: 0,
-            duration_ns: 1,
-            thread: 1,
-        };
         let made: Vec<TensorId> = (100..=110).collect();
-        let mut ops: Vec<OpRecord> = made
+        let mut ops: Vec<_> = made
             .iter()
             .enumerate()
             .map(|(i, &id)| op(if i == 1 { vec![1] } else { Vec::new() }, vec![id]))
