@@ -34,7 +34,8 @@ pub(super) struct SettleGoal {
 pub(super) struct SettlePoint {
     pub(super) trigger: u64,
     pub(super) target: u64,
-    /// With a plan: the room the next few ops need, made from tensors used after them (see
+    /// With a plan, when the device was above the target as the point was taken: the room the
+    /// next few ops need, made from tensors used after them (see
     /// [`settle_ahead`](crate::policy::prefetch::settle_ahead)), so that those ops run without
     /// a pass of their own.
     pub(super) ahead: Option<Room>,
@@ -257,12 +258,15 @@ impl DeviceEngine {
                 let (step, now) = self.recorder.position();
                 let transfer_ops = self.transfer_ops.load(Ordering::Relaxed);
                 let target = decide::settle_target(budget, &plan, now, transfer_ops);
-                let (level, after) = decide::settle_ahead(budget, &plan, now, transfer_ops);
-                let placement = Placement { plan, step, now };
-                let ahead = Room {
-                    level,
-                    beyond: placement.absolute(after),
-                };
+                // Looked for only when an eviction runs (most ops under a budget run none).
+                let ahead = (self.device_committed() > target).then(|| {
+                    let (level, after) = decide::settle_ahead(budget, &plan, now, transfer_ops);
+                    let placement = Placement { plan, step, now };
+                    Room {
+                        level,
+                        beyond: placement.absolute(after),
+                    }
+                });
                 Some((target, ahead))
             }
             _ => None,
@@ -271,7 +275,7 @@ impl DeviceEngine {
             Some((target, ahead)) => SettlePoint {
                 trigger: target,
                 target,
-                ahead: Some(ahead),
+                ahead,
             },
             None => SettlePoint {
                 trigger: limits.high_water,
