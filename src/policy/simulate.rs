@@ -7,11 +7,12 @@
 //! come back, counted again, when an op reads them. Tensors free their bytes when their last
 //! handle drops (the tape's drop records); tensors from before the step start on the device.
 
-use std::collections::{HashMap, HashSet};
+use smallvec::SmallVec;
 
 use super::PolicyKind;
 use super::plan::NextUse;
-use super::victim::{Bandwidth, Candidate, order};
+use super::victim::{Bandwidth, Candidate, first_in_order};
+use crate::fast_hash::{FastMap, FastSet};
 use crate::tape::StepTape;
 
 /// Bytes a replay moved.
@@ -41,9 +42,12 @@ pub fn replay(tape: &StepTape, budget: u64, policy: PolicyKind) -> Replay {
 
 /// [`replay`], with the bytes moved (out and in) before each op.
 pub fn replay_per_op(tape: &StepTape, budget: u64, policy: PolicyKind) -> (Replay, Vec<u64>) {
-    let bytes: HashMap<u64, u64> = tape.tensors.iter().map(|t| (t.id, t.bytes)).collect();
+    // The engine runs this on the op's thread whenever it re-plans: hashed with the crate's
+    // hasher, and victims taken from the front of the order rather than a sort of every
+    // resident (the picks are the same: `first_in_order` is `order`'s prefix).
+    let bytes: FastMap<u64, u64> = tape.tensors.iter().map(|t| (t.id, t.bytes)).collect();
     let size = |id: &u64| bytes.get(id).copied().unwrap_or(0);
-    let mut uses: HashMap<u64, Vec<u32>> = HashMap::new();
+    let mut uses: FastMap<u64, Vec<u32>> = FastMap::default();
     for (i, op) in tape.ops.iter().enumerate() {
         for id in &op.inputs {
             let u = uses.entry(*id).or_default();
@@ -52,14 +56,14 @@ pub fn replay_per_op(tape: &StepTape, budget: u64, policy: PolicyKind) -> (Repla
             }
         }
     }
-    let mut drops_after: HashMap<u32, Vec<u64>> = HashMap::new();
+    let mut drops_after: FastMap<u32, Vec<u64>> = FastMap::default();
     for d in &tape.drops {
         drops_after.entry(d.after_ops).or_default().push(d.id);
     }
 
-    let mut resident: HashSet<u64> = HashSet::new();
-    let mut away: HashSet<u64> = HashSet::new();
-    let mut last_use: HashMap<u64, u64> = HashMap::new();
+    let mut resident: FastSet<u64> = FastSet::default();
+    let mut away: FastSet<u64> = FastSet::default();
+    let mut last_use: FastMap<u64, u64> = FastMap::default();
     let mut on_device = 0u64;
     // Tensors from before the step are on the device when it starts.
     for t in tape.tensors.iter().filter(|t| t.producer.is_none()) {
@@ -69,21 +73,25 @@ pub fn replay_per_op(tape: &StepTape, budget: u64, policy: PolicyKind) -> (Repla
     }
     let mut result = Replay::default();
     let mut per_op = vec![0u64; tape.ops.len()];
+    let mut inputs: SmallVec<[u64; 4]> = SmallVec::new();
+    let mut candidates: Vec<Candidate> = Vec::new();
     for (i, op) in tape.ops.iter().enumerate() {
         let moved_before = result.bytes_moved();
         let now = i as u32;
-        let free = |id: &u64, resident: &mut HashSet<u64>, away: &mut HashSet<u64>| {
-            away.remove(id);
-            resident.remove(id)
-        };
         if let Some(dropped) = drops_after.get(&now) {
             for id in dropped {
-                if free(id, &mut resident, &mut away) {
+                away.remove(id);
+                if resident.remove(id) {
                     on_device -= size(id);
                 }
             }
         }
-        let inputs: HashSet<u64> = op.inputs.iter().copied().collect();
+        inputs.clear();
+        for id in &op.inputs {
+            if !inputs.contains(id) {
+                inputs.push(*id);
+            }
+        }
         let restore: u64 = inputs
             .iter()
             .filter(|id| !resident.contains(id))
@@ -97,34 +105,35 @@ pub fn replay_per_op(tape: &StepTape, budget: u64, policy: PolicyKind) -> (Repla
             .sum();
         let needed = restore + outputs;
         if on_device + needed > budget {
-            let mut candidates: Vec<Candidate> = resident
-                .iter()
-                .filter(|id| !inputs.contains(id))
-                .map(|&id| Candidate {
-                    id,
-                    bytes: size(&id),
-                    last_use: last_use.get(&id).copied().unwrap_or(0),
-                    next_use: uses
-                        .get(&id)
-                        .and_then(|u| u.iter().find(|&&u| u >= now))
-                        .map_or(NextUse::Never, |u| NextUse::In(u - now)),
-                    rebuild: None,
-                })
-                .collect();
-            order(
+            candidates.clear();
+            candidates.extend(
+                resident
+                    .iter()
+                    .filter(|id| !inputs.contains(id))
+                    .map(|&id| Candidate {
+                        id,
+                        bytes: size(&id),
+                        last_use: last_use.get(&id).copied().unwrap_or(0),
+                        next_use: uses
+                            .get(&id)
+                            .and_then(|u| u.get(u.partition_point(|&at| at < now)))
+                            .map_or(NextUse::Never, |u| NextUse::In(u - now)),
+                        rebuild: None,
+                    }),
+            );
+            let want = on_device + needed - budget;
+            let (picked, _) = first_in_order(
                 policy,
                 Some(tape.ops.len() as u32),
                 Bandwidth::HOST_DEFAULT,
-                &mut candidates,
+                &candidates,
+                want,
             );
-            for c in candidates {
-                if on_device + needed <= budget {
-                    break;
-                }
-                resident.remove(&c.id);
-                away.insert(c.id);
-                on_device -= c.bytes;
-                result.bytes_out += c.bytes;
+            for id in picked {
+                resident.remove(&id);
+                away.insert(id);
+                on_device -= size(&id);
+                result.bytes_out += size(&id);
                 result.moves += 1;
             }
         }

@@ -120,7 +120,9 @@ impl VictimPolicy for CostAware {
 }
 
 /// Orders `candidates` for eviction under `kind`. With `plan_len` `None` (no plan) every policy
-/// is LRU.
+/// is LRU. The reference [`first_in_order`] is tested against (which is what the engine and the
+/// replay use: they need only the front of the order).
+#[cfg(test)]
 pub fn order(
     kind: PolicyKind,
     plan_len: Option<u32>,
@@ -143,9 +145,9 @@ pub fn order(
     }
 }
 
-/// The first candidates in `kind`'s order (as [`order`] sorts them) whose bytes reach `want`,
-/// at least one if any, and their bytes. Ranks are computed once, and only the front of the
-/// order is sorted: the engine asks for a few victims among hundreds of resident tensors on
+/// The first candidates in `kind`'s order (the tests' `order` sorts them all) whose bytes reach
+/// `want`, at least one if any, and their bytes. Ranks are computed once, and only the front of
+/// the order is sorted: the engine asks for a few victims among hundreds of resident tensors on
 /// every op.
 pub fn first_in_order(
     kind: PolicyKind,
@@ -222,6 +224,7 @@ pub fn pick(
     picked
 }
 
+#[cfg(test)]
 fn sort_by(policy: &impl VictimPolicy, candidates: &mut [Candidate]) {
     candidates.sort_by(|a, b| {
         policy
