@@ -1106,8 +1106,8 @@ impl<'a> Sim<'a> {
         let target = decide::settle_target(budget, self.plan, now, self.learnt.transfer_ops);
         let committed = self.device - self.leaving;
         // Set off above the target, an eviction goes on to the next ops' room with tensors
-        // used after them, as the engine's does.
-        let ahead = (committed > target)
+        // used after them, as the engine's does (when it moves its victims).
+        let ahead = (committed > target && !self.settings.recompute.may_drop())
             .then(|| decide::settle_ahead(budget, self.plan, now, self.learnt.transfer_ops));
         if committed > target || room.is_some() {
             let settled = ahead.map_or(target, |(level, _)| level.min(target));

@@ -93,6 +93,10 @@ pub const SETTLE_AHEAD_OPS: u32 = 8;
 /// victims it moves, and while the step grows nearly every op would set one off; going on for
 /// the next ops' room lets them run without one. Only tensors used after those ops go, so
 /// nothing they read moves early: what leaves is what Belady's MIN would evict for them.
+///
+/// Only a device that moves its victims (swap only) goes on: one that drops them would drop
+/// more, and each rebuild later holds its recipe's inputs beside its op's own bytes (the CNN at
+/// 30% with recompute on then ran an op that was over the budget by itself 32 B further over).
 pub fn settle_ahead(budget: u64, plan: &UsePlan, now: u32, transfer_ops: u32) -> (u64, u32) {
     let lookahead = 1 + transfer_ops + SETTLE_AHEAD_OPS;
     (

@@ -258,15 +258,17 @@ impl DeviceEngine {
                 let (step, now) = self.recorder.position();
                 let transfer_ops = self.transfer_ops.load(Ordering::Relaxed);
                 let target = decide::settle_target(budget, &plan, now, transfer_ops);
-                // Looked for only when an eviction runs (most ops under a budget run none).
-                let ahead = (self.device_committed() > target).then(|| {
-                    let (level, after) = decide::settle_ahead(budget, &plan, now, transfer_ops);
-                    let placement = Placement { plan, step, now };
-                    Room {
-                        level,
-                        beyond: placement.absolute(after),
-                    }
-                });
+                // Looked for only when an eviction runs (most ops under a budget run none), and
+                // only on a device that moves its victims (see `settle_ahead`).
+                let ahead = (!limits.recompute.may_drop() && self.device_committed() > target)
+                    .then(|| {
+                        let (level, after) = decide::settle_ahead(budget, &plan, now, transfer_ops);
+                        let placement = Placement { plan, step, now };
+                        Room {
+                            level,
+                            beyond: placement.absolute(after),
+                        }
+                    });
                 Some((target, ahead))
             }
             _ => None,
@@ -452,6 +454,25 @@ mod tests {
         let engine = engine_before_op_0(false, &tensor);
         engine.settle();
         assert_settled_ahead(&engine);
+    }
+
+    #[test]
+    fn a_device_that_drops_its_victims_makes_only_the_next_ops_room() {
+        let tensor: Arc<dyn Spillable> = Arc::new(Counted);
+        let engine = engine_before_op_0(false, &tensor);
+        let limits = engine.limits();
+        engine.limits.set(Limits {
+            recompute: crate::policy::RecomputeMode::Recompute,
+            ..limits
+        });
+        engine.settle();
+        let index = lock(&engine.index);
+        let away = [2, 3, 4, 5]
+            .into_iter()
+            .filter(|&id| index.tier_of(id) == Some(Tier::Host))
+            .count();
+        assert_eq!(away, 1, "the target asks for one");
+        assert_eq!(engine.device_committed(), 4 * KIB);
     }
 
     #[test]
