@@ -1162,11 +1162,10 @@ mod tests {
     use super::*;
     use crate::plan::tests::{slow_device, tape};
 
-    /// A prefetched tensor evicted again unread is benched, as the engine benches it: the
-    /// engine's work after an op passes it over while it is due, until the bench is over.
     /// An eviction that the settle target sets off goes on to the room the next ops need,
     /// taking only tensors used after them: the engine's `settle_ahead`, one pass for several
-    /// ops' growth.
+    /// ops' growth. A device that drops its victims makes only the next op's room, as the
+    /// engine's does.
     #[test]
     fn an_eviction_goes_on_for_the_next_ops_with_tensors_used_after_them() {
         const KIB: u64 = 1024;
@@ -1202,47 +1201,58 @@ mod tests {
         let plan = carry::repeating_plan(&t, &carry::pairs(&t));
         let (op_seconds, gaps) = (vec![1e-6; ops.len()], (vec![0.0; ops.len()], 0.0));
         let budget = 6 * KIB;
-        let settings = Settings {
-            budget,
-            host_limit: None,
-            policy: PolicyKind::NextUse,
-            prefetch_window: 0,
-            asynchronous: false,
-            recompute: RecomputeMode::Swap,
-        };
-        let mut sim = Sim::new(
-            &t,
-            &profile,
-            &plan,
-            &op_seconds,
-            &gaps,
-            settings,
-            Learnt::default(),
-        );
-        sim.place_sources(&Start::default());
-        assert_eq!(sim.device, 5 * KIB, "the sources start on the device");
-        // Op 0 made its tensor: 6 KiB, over the target (the budget less op 1's 1 KiB).
-        sim.place.insert(100, Place::Device);
-        sim.device += KIB;
-        sim.after_op(0);
-        let now = sim.positions_after[0];
-        let target = decide::settle_target(budget, &plan, now, 0);
-        let (ahead, after) = decide::settle_ahead(budget, &plan, now, 0);
-        assert!(ahead < target && after > 1, "the next ops grow the device");
-        assert_eq!(
-            sim.place.get(&1),
-            Some(&Place::Device),
-            "op 1 reads it: it stays"
-        );
-        let gone = |id: &u64| !matches!(sim.place.get(id), Some(Place::Device));
-        assert!(
-            [2, 3, 4, 5, 100].iter().all(gone),
-            "the tensors read last all go, where the target alone asked for one: {:?}",
-            sim.place
-        );
-        assert_eq!(sim.device - sim.leaving, KIB);
+        for recompute in [RecomputeMode::Swap, RecomputeMode::Recompute] {
+            let settings = Settings {
+                budget,
+                host_limit: None,
+                policy: PolicyKind::NextUse,
+                prefetch_window: 0,
+                asynchronous: false,
+                recompute,
+            };
+            let mut sim = Sim::new(
+                &t,
+                &profile,
+                &plan,
+                &op_seconds,
+                &gaps,
+                settings,
+                Learnt::default(),
+            );
+            sim.place_sources(&Start::default());
+            assert_eq!(sim.device, 5 * KIB, "the sources start on the device");
+            // Op 0 made its tensor: 6 KiB, over the target (the budget less op 1's 1 KiB).
+            sim.place.insert(100, Place::Device);
+            sim.device += KIB;
+            sim.after_op(0);
+            let now = sim.positions_after[0];
+            let target = decide::settle_target(budget, &plan, now, 0);
+            let (ahead, after) = decide::settle_ahead(budget, &plan, now, 0);
+            assert!(ahead < target && after > 1, "the next ops grow the device");
+            assert_eq!(
+                sim.place.get(&1),
+                Some(&Place::Device),
+                "{recompute}: op 1 reads it: it stays"
+            );
+            let gone = [2, 3, 4, 5, 100]
+                .iter()
+                .filter(|id| !matches!(sim.place.get(id), Some(Place::Device)))
+                .count();
+            if recompute == RecomputeMode::Swap {
+                assert_eq!(
+                    gone, 5,
+                    "the tensors read last all go, where the target alone asked for one: {:?}",
+                    sim.place
+                );
+                assert_eq!(sim.device - sim.leaving, KIB);
+            } else {
+                assert_eq!(gone, 1, "dropping: the target's one only: {:?}", sim.place);
+            }
+        }
     }
 
+    /// A prefetched tensor evicted again unread is benched, as the engine benches it: the
+    /// engine's work after an op passes it over while it is due, until the bench is over.
     #[test]
     fn a_wasted_prefetch_benches_the_tensor() {
         // Tensor 1 comes from before the step and is read by the last op.
