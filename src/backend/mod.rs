@@ -54,7 +54,7 @@ pub struct SpillBackend<B: Backend> {
 
 impl<B: Backend> SpillBackend<B> {
     fn engine(device: &B::Device) -> Arc<DeviceEngine> {
-        queues::engine_with_queues::<B>(device)
+        queues::engine_with_queues::<B>(device).clone()
     }
 
     /// Sets the budget and tiers of `device`, after applying the `BURN_SPILL_*` environment

@@ -20,7 +20,7 @@ use super::device::device_key;
 use super::recipe::{Recipe, RecipeInputs, Rerun, recipe_input};
 use super::tensor::{Primitive, RetiredHandle, SpillTensor, TensorKind};
 use crate::engine::{
-    DeviceEngine, OpInput, OpOutput, OpTicket, TensorId, TensorRole, Tier, UntrackedOp, engine_for,
+    DeviceEngine, OpInput, OpOutput, OpTicket, TensorId, TensorRole, Tier, UntrackedOp, engine_ref,
 };
 use crate::fast_hash::FastHasher;
 use crate::policy::recompute;
@@ -98,8 +98,8 @@ fn give_back(mut entries: Vec<TapeEntry>) {
 /// The recording of one op: the engine whose recorder is on, and what the recorder needs of
 /// the op.
 struct Recording {
-    /// `None` when it is the scope's own engine (one reference counted per op, not two).
-    engine: Option<Arc<DeviceEngine>>,
+    /// `None` when it is the scope's own engine.
+    engine: Option<&'static Arc<DeviceEngine>>,
     taken: Taken,
 }
 
@@ -137,7 +137,7 @@ impl CreatedSize {
 pub(crate) struct OpScope<B: Backend> {
     name: &'static str,
     /// Set once an input or output lives on a device with a budget.
-    engine: Option<Arc<DeviceEngine>>,
+    engine: Option<&'static Arc<DeviceEngine>>,
     // Ops read and make a few tensors: these stay off the heap.
     inputs: SmallVec<[OpInput; 4]>,
     /// Non-tensor arguments that decide the output size (shapes, dtypes, data lengths).
@@ -200,9 +200,9 @@ impl<B: Backend> OpScope<B> {
     }
 
     /// Starts recording this op if `engine` records; returns the recording.
-    fn recording_for(&mut self, engine: &Arc<DeviceEngine>) -> Option<&mut Recording> {
+    fn recording_for(&mut self, engine: &'static Arc<DeviceEngine>) -> Option<&mut Recording> {
         if self.recording.is_none() && engine.recorder().is_enabled() {
-            let own = self.engine.as_ref().is_some_and(|e| Arc::ptr_eq(e, engine));
+            let own = self.engine.is_some_and(|e| Arc::ptr_eq(e, engine));
             let taken = if engine.recorder().signatures_only() {
                 Taken::Verified(OpSignature::new(self.name))
             } else {
@@ -213,7 +213,7 @@ impl<B: Backend> OpScope<B> {
                 }
             };
             self.recording = Some(Recording {
-                engine: (!own).then(|| engine.clone()),
+                engine: (!own).then_some(engine),
                 taken,
             });
         }
@@ -224,7 +224,7 @@ impl<B: Backend> OpScope<B> {
     pub(crate) fn input(&mut self, tensor: &SpillTensor<B>) {
         let tracking = tensor.engine().is_tracking();
         if tracking && self.engine.is_none() {
-            self.engine = Some(tensor.engine().clone());
+            self.engine = Some(tensor.engine());
         }
         if tracking && !self.decided {
             // An output larger than the inputs must fit too, or the op runs tracked.
@@ -295,7 +295,7 @@ impl<B: Backend> OpScope<B> {
         if self.recipe_inputs.is_none() {
             let engine = tensor.engine();
             let keeps = engine.is_tracking()
-                && engine.limits().recompute.may_drop()
+                && engine.with_limits(|limits| limits.recompute.may_drop())
                 && recompute::rebuilds_exactly(self.name, engine.queues().fuses_ops());
             if !keeps {
                 self.recomputable = false;
@@ -325,11 +325,11 @@ impl<B: Backend> OpScope<B> {
     /// Notes the device a creating op allocates on.
     pub(crate) fn device(&mut self, device: &B::Device) {
         if self.engine.is_none() || self.recording.is_none() {
-            let engine = engine_for(device_key::<B>(device));
+            let engine = engine_ref(device_key::<B>(device));
             if self.engine.is_none() && engine.is_tracking() {
-                self.engine = Some(engine.clone());
+                self.engine = Some(engine);
             }
-            self.recording_for(&engine);
+            self.recording_for(engine);
         }
     }
 
@@ -452,7 +452,7 @@ impl<B: Backend> OpScope<B> {
         if tracking && self.engine.is_none() {
             // Known only from its output: the op ran without a ticket, and its outputs are
             // indexed when the scope ends.
-            self.engine = Some(tensor.engine().clone());
+            self.engine = Some(tensor.engine());
             self.decided = true;
         }
         if let Some(recording) = self.recording_for(tensor.engine()) {

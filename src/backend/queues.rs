@@ -14,7 +14,7 @@ use smallvec::SmallVec;
 
 use super::device::device_key;
 use crate::engine::{
-    DeviceEngine, DeviceQueues, ExclusiveLock, ExclusiveWork, PoolUsage, engine_for,
+    DeviceEngine, DeviceQueues, ExclusiveLock, ExclusiveWork, PoolUsage, engine_ref,
 };
 
 /// The inner allocator of one device, on the calling thread's stream.
@@ -100,8 +100,8 @@ impl DeviceQueues for StreamQueues {
 }
 
 /// The engine of `device`, with its queues installed.
-pub(crate) fn engine_with_queues<B: Backend>(device: &B::Device) -> Arc<DeviceEngine> {
-    let engine = engine_for(device_key::<B>(device));
+pub(crate) fn engine_with_queues<B: Backend>(device: &B::Device) -> &'static Arc<DeviceEngine> {
+    let engine = engine_ref(device_key::<B>(device));
     engine.install_queues(|| {
         Arc::new(StreamQueues {
             seen: Mutex::new(SmallVec::new()),

@@ -105,7 +105,8 @@ pub(crate) struct Handle<B: Backend> {
     /// Which tier holds the bytes; `Taken` only after an op took the primitive out of a unique
     /// handle that is about to drop, `InFlight` while a transfer worker carries them.
     state: Slot<Primitive<B>, HostTensor>,
-    engine: Arc<DeviceEngine>,
+    /// Its device's engine, which lives as long as the process (see `engine::registry`).
+    engine: &'static Arc<DeviceEngine>,
     /// Whether the engine's index knows this tensor (so the drop must tell it).
     indexed: AtomicBool,
     /// Where the engine listed this tensor while memory was ample (`NOT_LISTED` otherwise), so
@@ -286,8 +287,8 @@ impl<B: Backend> Handle<B> {
         self.role
     }
 
-    pub(super) fn engine(&self) -> &Arc<DeviceEngine> {
-        &self.engine
+    pub(super) fn engine(&self) -> &'static Arc<DeviceEngine> {
+        self.engine
     }
 
     /// Tells the index a rebuilt tensor is on the device again.
@@ -604,8 +605,8 @@ impl<B: Backend> SpillTensor<B> {
     }
 
     /// The device engine of this tensor.
-    pub(crate) fn engine(&self) -> &Arc<DeviceEngine> {
-        &self.handle.engine
+    pub(crate) fn engine(&self) -> &'static Arc<DeviceEngine> {
+        self.handle.engine
     }
 
     /// A weak reference for the engine's index, which must never keep a tensor alive.

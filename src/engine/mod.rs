@@ -24,5 +24,5 @@ pub use device::{DeviceEngine, HandOver, Limits, OpInput, OpOutput, OpTicket, Un
 pub use index::{RebuildPlan, Spillable};
 pub use ledger::{LiveSummary, TensorRole};
 pub use queues::{DeviceQueues, ExclusiveLock, ExclusiveWork, PoolUsage};
-pub use registry::{DeviceKey, engine_for};
+pub use registry::{DeviceKey, engine_ref};
 pub use slot::{Residency, Slot, SlotInfo, TensorId, Tier};

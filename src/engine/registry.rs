@@ -4,7 +4,7 @@
 //! front of the shared map: training loops touch one device per thread almost always.
 
 use std::any::TypeId;
-use std::cell::RefCell;
+use std::cell::Cell;
 use std::collections::HashMap;
 use std::sync::{Arc, LazyLock, RwLock};
 
@@ -21,35 +21,38 @@ pub struct DeviceKey {
     pub index: u16,
 }
 
-static ENGINES: LazyLock<RwLock<HashMap<DeviceKey, Arc<DeviceEngine>>>> =
+/// Each engine is leaked once, when its device is first used: engines live for the whole
+/// process anyway, and a `'static` reference lets every tensor handle and op scope point at its
+/// engine without a reference count to raise and lower (two atomic operations per tensor and
+/// per op otherwise).
+static ENGINES: LazyLock<RwLock<HashMap<DeviceKey, &'static Arc<DeviceEngine>>>> =
     LazyLock::new(|| RwLock::new(HashMap::new()));
 
 thread_local! {
-    static LAST: RefCell<Option<(DeviceKey, Arc<DeviceEngine>)>> = const { RefCell::new(None) };
+    static LAST: Cell<Option<(DeviceKey, &'static Arc<DeviceEngine>)>> = const { Cell::new(None) };
 }
 
 /// The engine of `key`, created on first use. Engines live for the whole process.
-pub fn engine_for(key: DeviceKey) -> Arc<DeviceEngine> {
-    LAST.with(|last| {
-        let mut last = last.borrow_mut();
-        if let Some((cached_key, engine)) = last.as_ref()
-            && *cached_key == key
-        {
-            return engine.clone();
+pub fn engine_ref(key: DeviceKey) -> &'static Arc<DeviceEngine> {
+    // A handle dropped while the thread's locals are torn down looks the engine up itself.
+    LAST.try_with(|last| match last.get() {
+        Some((cached_key, engine)) if cached_key == key => engine,
+        _ => {
+            let engine = lookup_or_insert(key);
+            last.set(Some((key, engine)));
+            engine
         }
-        let engine = lookup_or_insert(key);
-        *last = Some((key, engine.clone()));
-        engine
     })
+    .unwrap_or_else(|_| lookup_or_insert(key))
 }
 
 /// The environment variable naming where every device's last recorded step is written at exit.
 pub const ENV_TRACE: &str = "BURN_SPILL_TRACE";
 
-fn lookup_or_insert(key: DeviceKey) -> Arc<DeviceEngine> {
+fn lookup_or_insert(key: DeviceKey) -> &'static Arc<DeviceEngine> {
     // A poisoned lock only means another thread panicked while inserting; the map is still valid.
     if let Some(engine) = ENGINES.read().unwrap_or_else(|e| e.into_inner()).get(&key) {
-        return engine.clone();
+        return engine;
     }
     ENGINES
         .write()
@@ -61,9 +64,8 @@ fn lookup_or_insert(key: DeviceKey) -> Arc<DeviceEngine> {
                 engine.recorder().set_enabled(true);
                 install_trace_dump();
             }
-            engine
+            Box::leak(Box::new(engine))
         })
-        .clone()
 }
 
 fn trace_path() -> Option<std::path::PathBuf> {
@@ -138,10 +140,10 @@ mod tests {
             index: 0,
         };
         let other = DeviceKey { index: 1, ..key };
-        assert!(Arc::ptr_eq(&engine_for(key), &engine_for(key)));
-        assert!(!Arc::ptr_eq(&engine_for(key), &engine_for(other)));
+        assert!(Arc::ptr_eq(engine_ref(key), engine_ref(key)));
+        assert!(!Arc::ptr_eq(engine_ref(key), engine_ref(other)));
         // From another thread the cache is cold but the ledger is the same.
-        let from_thread = std::thread::spawn(move || engine_for(key)).join().unwrap();
-        assert!(Arc::ptr_eq(&engine_for(key), &from_thread));
+        let from_thread = std::thread::spawn(move || engine_ref(key)).join().unwrap();
+        assert!(Arc::ptr_eq(engine_ref(key), from_thread));
     }
 }

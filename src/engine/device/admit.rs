@@ -99,9 +99,15 @@ impl DeviceEngine {
         hint: u64,
         known_output: Option<u64>,
     ) -> Option<OpTicket> {
-        let limits = self.limits();
-        let budget = limits.budget?;
-        let planning = limits.planning();
+        let (budget, planning, prefetching, strict) = self.with_limits(|limits| {
+            let budget = limits.budget?;
+            Some((
+                budget,
+                limits.planning(),
+                limits.prefetch_window > 0,
+                limits.strict,
+            ))
+        })?;
         let (step, position) = self.recorder.position();
         if planning {
             self.step_changed(step);
@@ -162,11 +168,11 @@ impl DeviceEngine {
             learnt = index.learnt_output(signature);
         }
         self.ledger.on_prefetch_outcome(hits, misses);
-        if !late.is_empty() && limits.prefetch_window > 0 {
+        if !late.is_empty() && prefetching {
             self.lengthen_leads(&late);
         }
         let estimate = learnt.or(known_output).unwrap_or(largest);
-        if input_bytes > budget && limits.strict {
+        if input_bytes > budget && strict {
             self.finish_pins(&ids);
             panic!(
                 "burn-spill (strict): op `{name}` needs {input_bytes} bytes of inputs on the device, \
@@ -184,7 +190,7 @@ impl DeviceEngine {
         Some(OpTicket {
             name,
             budget,
-            strict: limits.strict,
+            strict,
             signature,
             learnt,
             tick,

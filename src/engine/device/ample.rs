@@ -121,10 +121,12 @@ impl DeviceEngine {
             self.track_all();
             return None;
         }
-        let limits = self.limits();
-        let op = limits.budget.map(|budget| UntrackedOp {
-            settle_floor: self.settle_floor(&limits, budget),
-            pool_margin: limits.pool_margin,
+        let (op, planning) = self.with_limits(|limits| {
+            let op = limits.budget.map(|budget| UntrackedOp {
+                settle_floor: self.settle_floor(limits, budget),
+                pool_margin: limits.pool_margin,
+            });
+            (op, limits.planning())
         });
         let fits = op.is_some_and(|op| {
             let estimate = ample
@@ -144,7 +146,7 @@ impl DeviceEngine {
             return None;
         }
         HELD_HERE.with(|held| held.set(held.get() + 1));
-        if limits.planning() {
+        if planning {
             // The step's counters and plan follow the steps as for a tracked op.
             self.step_changed(self.recorder.position().0);
         }

@@ -1,7 +1,7 @@
 //! The limits in force, read on every op without taking a lock: each thread keeps the last
 //! limits it read with their version, and reads the lock again only when the version changed.
 
-use std::cell::Cell;
+use std::cell::RefCell;
 use std::sync::RwLock;
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -14,7 +14,7 @@ static NEXT_VERSION: AtomicU64 = AtomicU64::new(1);
 
 thread_local! {
     /// The limits this thread read last, and their version.
-    static LAST_READ: Cell<(u64, Limits)> = Cell::new((0, Limits::default()));
+    static LAST_READ: RefCell<(u64, Limits)> = RefCell::new((0, Limits::default()));
 }
 
 /// One engine's limits: written rarely (`configure`), read before and after every op.
@@ -29,18 +29,32 @@ pub(super) struct LimitsCell {
 impl LimitsCell {
     /// The limits in force.
     pub(super) fn get(&self) -> Limits {
+        self.with(|limits| *limits)
+    }
+
+    /// Runs `f` on the limits in force, borrowed from this thread's copy: most ops read a
+    /// field or two, and copying the whole struct out was a tenth of the engine's work on an op
+    /// while memory is ample.
+    pub(super) fn with<R>(&self, f: impl FnOnce(&Limits) -> R) -> R {
         let version = self.version.load(Ordering::Acquire);
-        // A handle dropped while the thread's locals are torn down reads the lock itself.
-        LAST_READ
-            .try_with(|last| match last.get() {
-                (seen, limits) if seen == version => limits,
-                _ => {
-                    let limits = self.read();
-                    last.set((version, limits));
-                    limits
-                }
-            })
-            .unwrap_or_else(|_| self.read())
+        let mut f = Some(f);
+        // A handle dropped while the thread's locals are torn down reads the lock itself, and
+        // so does a call inside another's `f` that finds the copy out of date.
+        let borrowed = LAST_READ.try_with(|last| {
+            if let Ok(mut seen) = last.try_borrow_mut()
+                && seen.0 != version
+            {
+                *seen = (version, self.read());
+            }
+            match last.try_borrow() {
+                Ok(seen) if seen.0 == version => f.take().map(|f| f(&seen.1)),
+                _ => None,
+            }
+        });
+        match borrowed {
+            Ok(Some(result)) => result,
+            _ => (f.take().expect("`f` runs once"))(&self.read()),
+        }
     }
 
     fn read(&self) -> Limits {

@@ -262,6 +262,11 @@ impl DeviceEngine {
         self.limits.get()
     }
 
+    /// Runs `f` on the limits in force without copying them (the per-op paths' read).
+    pub fn with_limits<R>(&self, f: impl FnOnce(&Limits) -> R) -> R {
+        self.limits.with(f)
+    }
+
     /// Installs new limits. The disk store is created when the host tier is capped or a spill
     /// directory was given (so a bad directory is reported now, not mid-training); `spill_base`
     /// `None` means the system temp dir. `remote` is the remote cold tier's URL, if one is

@@ -61,21 +61,22 @@ impl DeviceEngine {
     /// tier under its limit, on the workers when the engine is asynchronous (and between ops on
     /// the calling thread otherwise).
     pub fn after_op(self: &Arc<Self>) {
-        let limits = self.limits();
-        let Some(budget) = limits.budget else {
-            return;
-        };
-        self.watch_pool(limits.pool_margin);
-        if !self.ample_after_op(self.settle_floor(&limits, budget)) {
-            self.after_op_when_tight(&limits);
-        }
+        self.with_limits(|limits| {
+            let Some(budget) = limits.budget else {
+                return;
+            };
+            self.watch_pool(limits.pool_margin);
+            if !self.ample_after_op(self.settle_floor(limits, budget)) {
+                self.after_op_when_tight(limits);
+            }
+        });
     }
 
     /// `after_op` for an op that ran untracked, with what its start read of the limits.
     pub fn after_untracked_op(self: &Arc<Self>, op: UntrackedOp) {
         self.watch_pool(op.pool_margin);
         if !self.ample_after_op(op.settle_floor) {
-            self.after_op_when_tight(&self.limits());
+            self.with_limits(|limits| self.after_op_when_tight(limits));
         }
     }
 
