@@ -8,6 +8,10 @@
 //! behind, stale, to be skipped when read and dropped when the queue grows to twice the live
 //! tensors. A tier's order is therefore the order of last use (device) or of arrival (host,
 //! disk).
+//!
+//! Only a victim pass without a plan (or under LRU) reads that order; while a plan ranks the
+//! victims the engine turns the queues off ([`Index::keep_order`]), and touches only restamp
+//! the entry: keeping the queues cost a tenth of the engine's work per op under pressure.
 
 use std::collections::{BTreeSet, VecDeque};
 use std::sync::{Arc, Weak};
@@ -166,6 +170,9 @@ pub(crate) struct Index {
     cold: [VecDeque<(u64, TensorId)>; 3],
     /// The last stamp given.
     stamp: u64,
+    /// The queues in `cold` are not kept (see [`Index::keep_order`]): the order is the
+    /// entries' stamps, sorted when read.
+    unordered: bool,
     /// (due, id) of spilled tensors whose next use is known: what the prefetcher reads, so
     /// that it looks at the few tensors due soon rather than at every spilled one.
     due: BTreeSet<(u64, TensorId)>,
@@ -208,6 +215,9 @@ impl Index {
     /// Appends `id`'s new place (the last stamp given, already in its entry) to `tier`'s queue,
     /// dropping the stale places once they outnumber the live ones.
     fn push_place(&mut self, id: TensorId, tier: Tier) {
+        if self.unordered {
+            return;
+        }
         let queue = &mut self.cold[tier.index()];
         queue.push_back((self.stamp, id));
         if queue.len() > 2 * self.entries.len() + 64 {
@@ -218,9 +228,42 @@ impl Index {
 
     /// The tensors of `tier`, oldest first.
     fn in_order(&self, tier: Tier) -> impl Iterator<Item = (TensorId, &Entry)> {
-        self.cold[tier.index()]
+        let queue = (!self.unordered).then(|| self.cold[tier.index()].iter().copied());
+        let sorted = self.unordered.then(|| self.places_by_stamp(tier));
+        queue
+            .into_iter()
+            .flatten()
+            .chain(sorted.into_iter().flatten())
+            .filter_map(move |(stamp, id)| Some((id, is_current(&self.entries, tier, stamp, id)?)))
+    }
+
+    /// The current places of `tier`'s tensors, oldest first: its queue without stale places.
+    fn places_by_stamp(&self, tier: Tier) -> Vec<(u64, TensorId)> {
+        let mut places: Vec<_> = self
+            .entries
             .iter()
-            .filter_map(move |&(stamp, id)| Some((id, is_current(&self.entries, tier, stamp, id)?)))
+            .filter(|(_, e)| e.tier == tier && !e.dropped)
+            .map(|(&id, e)| (e.stamp, id))
+            .collect();
+        places.sort_unstable();
+        places
+    }
+
+    /// Keeps each tier's queue in order of use (`true`, the default) or lets it go, when only
+    /// a plan ranks victims. Taken up again, the queues are rebuilt from the entries' stamps,
+    /// in the order they would have had; in between, a read of the order sorts the stamps.
+    pub fn keep_order(&mut self, keep: bool) {
+        if keep == !self.unordered {
+            return;
+        }
+        self.unordered = !keep;
+        for tier in [Tier::Device, Tier::Host, Tier::Disk] {
+            self.cold[tier.index()] = if keep {
+                self.places_by_stamp(tier).into()
+            } else {
+                VecDeque::new()
+            };
+        }
     }
 
     /// What an op does to one tensor it reads, in one lookup: adds it if new (as an entry of
@@ -632,6 +675,45 @@ pub(crate) mod tests {
         index.remove(1);
         assert!(index.coldest(Tier::Host, 1, &FastSet::default()).is_empty());
         assert_eq!(index.len(), 4);
+    }
+
+    #[test]
+    fn without_its_queues_a_tier_keeps_its_order_and_gets_them_back_in_it() {
+        let alive: Vec<Arc<dyn Spillable>> = (0..4)
+            .map(|_| Arc::new(Fake) as Arc<dyn Spillable>)
+            .collect();
+        let touch = |index: &mut Index, id: u64, tick: u64| {
+            index.admit_output(id, 10, tick, || Arc::downgrade(&alive[id as usize]), None);
+        };
+        let ids = |c: Vec<Candidate>| c.iter().map(|c| c.id).collect::<Vec<_>>();
+        let coldest = |index: &Index| ids(index.coldest(Tier::Device, 1000, &FastSet::default()));
+        let mut index = Index::default();
+        for id in 0..4 {
+            touch(&mut index, id, id);
+        }
+        index.keep_order(false);
+        for (tick, id) in [(10, 0), (11, 2), (12, 0)] {
+            touch(&mut index, id, tick);
+        }
+        index.set_tier(3, Tier::Host);
+        assert_eq!(coldest(&index), vec![1, 2, 0], "sorted from the stamps");
+        assert!(
+            index.cold.iter().all(VecDeque::is_empty),
+            "no queue is kept meanwhile"
+        );
+        index.keep_order(true);
+        assert_eq!(
+            index.cold[Tier::Device.index()].len(),
+            3,
+            "rebuilt with one place per tensor"
+        );
+        assert_eq!(coldest(&index), vec![1, 2, 0]);
+        touch(&mut index, 1, 20);
+        assert_eq!(coldest(&index), vec![2, 0, 1], "and kept again");
+        assert_eq!(
+            ids(index.coldest(Tier::Host, 1000, &FastSet::default())),
+            vec![3]
+        );
     }
 
     #[test]

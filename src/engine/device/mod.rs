@@ -315,6 +315,7 @@ impl DeviceEngine {
         self.tracking
             .store(limits.budget.is_some(), Ordering::Relaxed);
         self.limits.set(limits);
+        self.order_index(&mut lock(&self.index), self.plan().is_some());
         self.reset_ample();
         self.reset_peaks();
         self.settle();

@@ -8,7 +8,8 @@ use crate::engine::slot::Tier;
 use crate::policy::plan::{KeyAt, NextUse, UsePlan};
 use crate::stats::{SpillStats, StepStats};
 
-use super::{DeviceEngine, lock};
+use super::{DeviceEngine, Limits, lock};
+use crate::engine::index::Index;
 
 /// Counters at the start of the current step, to report the step's own numbers.
 #[derive(Default)]
@@ -166,6 +167,7 @@ impl DeviceEngine {
         let headroom = plan
             .as_ref()
             .map_or(0, |p| p.max_headroom().saturating_add(1));
+        let has_plan = plan.is_some();
         {
             let mut in_force = self.plan.write().unwrap_or_else(|e| e.into_inner());
             *in_force = plan;
@@ -175,12 +177,20 @@ impl DeviceEngine {
         // Spilled tensors are placed by the plan in force.
         let placement = self.placement();
         let mut index = lock(&self.index);
+        self.order_index(&mut index, has_plan);
         let leads = lock(&self.leads);
         for (id, key) in index.spilled_keys() {
             let lead = leads.get(&key.key).copied().unwrap_or(0);
             let due = placement.as_ref().and_then(|p| p.due(Some(key), lead));
             index.set_due(id, due);
         }
+    }
+
+    /// Lets the index drop its queues of last use while a plan ranks the victims, and has it
+    /// keep them otherwise (see [`Index::keep_order`]).
+    pub(super) fn order_index(&self, index: &mut Index, has_plan: bool) {
+        let planning = self.with_limits(Limits::planning);
+        index.keep_order(!(planning && has_plan));
     }
 
     /// The plan and where the step stands, to place spilled tensors by their next use.
