@@ -315,7 +315,8 @@ impl DeviceEngine {
         self.tracking
             .store(limits.budget.is_some(), Ordering::Relaxed);
         self.limits.set(limits);
-        self.order_index(&mut lock(&self.index), self.plan().is_some());
+        let has_plan = self.plan().is_some();
+        self.order_index(&mut lock(&self.index), has_plan);
         self.reset_ample();
         self.reset_peaks();
         self.settle();
