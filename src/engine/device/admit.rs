@@ -408,7 +408,7 @@ mod tests {
             asynchronous: false,
             ..Limits::default()
         });
-        *engine.plan.write().unwrap() = Some(Arc::new(plan()));
+        engine.plan.set(Some(Arc::new(plan())));
         let placement = engine.placement().expect("a plan and prefetching");
         let mut index = lock(&engine.index);
         for (id, slot) in [(1, 0), (2, 1)] {

@@ -24,6 +24,7 @@ mod evict;
 mod known_sizes;
 mod limits_cell;
 mod moves;
+mod plan_cell;
 mod prefetch;
 mod recompute;
 mod settle;
@@ -53,13 +54,14 @@ pub use admit::{OpInput, OpOutput, OpTicket};
 pub use ample::UntrackedOp;
 use limits_cell::LimitsCell;
 pub use moves::HandOver;
+use plan_cell::PlanCell;
 use settle::SettleGoal;
 use step::StepCounters;
 
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock, RwLock, Weak};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
 
 use crate::SpillError;
 use crate::engine::cold_tiers::ColdTiers;
@@ -71,7 +73,7 @@ use crate::engine::queues::{DeviceQueues, SingleQueue};
 use crate::engine::slot::{TensorId, Tier};
 use crate::engine::transfer::Transfers;
 use crate::fast_hash::FastMap;
-use crate::policy::plan::{PlanKey, UsePlan};
+use crate::policy::plan::PlanKey;
 use crate::policy::recompute::RebuildTimes;
 use crate::policy::{PolicyKind, RecomputeMode};
 use crate::stats::SpillStats;
@@ -132,12 +134,9 @@ pub struct DeviceEngine {
     recorder: Recorder,
     /// Whether the current step was opened by `step_begin` and not yet closed.
     in_marked_step: AtomicBool,
-    /// The use plan learned from the last recorded step, and the recorder's plan epoch it was
-    /// built at.
-    plan: RwLock<Option<Arc<UsePlan>>>,
-    /// Bumped under `plan`'s write lock each time a plan is put in force: what names the plan
-    /// a remembered next use came from (see [`NextUseMemo`](crate::policy::plan::NextUseMemo)).
-    plan_generation: AtomicU64,
+    /// The use plan learned from the last recorded step, with the generation it was put in
+    /// force under.
+    plan: PlanCell,
     /// The plan's [`UsePlan::max_headroom`] plus one, 0 without a plan: read after every op
     /// without taking the plan's lock.
     plan_headroom: AtomicU64,

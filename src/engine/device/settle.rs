@@ -422,7 +422,7 @@ mod tests {
         engine
             .plan_headroom
             .store(plan.max_headroom() + 1, Ordering::Relaxed);
-        *engine.plan.write().unwrap() = Some(Arc::new(plan));
+        engine.plan.set(Some(Arc::new(plan)));
         for (id, op, slot) in [(1, 1, 0), (2, 11, 0), (3, 11, 1), (4, 11, 2), (5, 11, 3)] {
             engine.ledger().on_create(KIB, TensorRole::Other);
             let key = KeyAt {

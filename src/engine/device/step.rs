@@ -98,17 +98,13 @@ impl DeviceEngine {
 
     /// The use plan in force, if the tape has recorded a step.
     pub fn plan(&self) -> Option<Arc<UsePlan>> {
-        self.plan.read().unwrap_or_else(|e| e.into_inner()).clone()
+        self.plan.get().0
     }
 
     /// The use plan in force with the number it was put in force under (read together, under
     /// the plan's lock): what a remembered next use is checked against.
     pub(super) fn plan_and_generation(&self) -> (Option<Arc<UsePlan>>, u64) {
-        let in_force = self.plan.read().unwrap_or_else(|e| e.into_inner());
-        (
-            in_force.clone(),
-            self.plan_generation.load(Ordering::Relaxed),
-        )
+        self.plan.get()
     }
 
     /// On a new step: closes the previous step's counters, and rebuilds the plan when the tape
@@ -168,11 +164,7 @@ impl DeviceEngine {
             .as_ref()
             .map_or(0, |p| p.max_headroom().saturating_add(1));
         let has_plan = plan.is_some();
-        {
-            let mut in_force = self.plan.write().unwrap_or_else(|e| e.into_inner());
-            *in_force = plan;
-            self.plan_generation.fetch_add(1, Ordering::Relaxed);
-        }
+        self.plan.set(plan);
         self.plan_headroom.store(headroom, Ordering::Relaxed);
         // Spilled tensors are placed by the plan in force.
         let placement = self.placement();
