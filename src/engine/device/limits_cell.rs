@@ -100,4 +100,28 @@ mod tests {
             s.spawn(|| assert_eq!(b.get().budget, Some(9), "and on another thread"));
         });
     }
+
+    #[test]
+    fn a_read_inside_another_sees_the_limits_in_force() {
+        let (a, b) = (LimitsCell::default(), LimitsCell::default());
+        let budget = |budget| Limits {
+            budget: Some(budget),
+            ..Limits::default()
+        };
+        a.set(budget(1));
+        b.set(budget(2));
+        let (outer, inner, changed) = a.with(|outer| {
+            // The thread's copy is borrowed here: another engine's limits, and this one's
+            // after a change, are read from the lock.
+            let inner = b.with(|inner| inner.budget);
+            a.set(budget(3));
+            (outer.budget, inner, a.get().budget)
+        });
+        assert_eq!(
+            (outer, inner, changed),
+            (Some(1), Some(2), Some(3)),
+            "each read gives its own engine's limits as they are"
+        );
+        assert_eq!(a.get().budget, Some(3), "and the copy catches up after");
+    }
 }
