@@ -253,7 +253,8 @@ impl Index {
     /// a plan ranks victims. Taken up again, the queues are rebuilt from the entries' stamps,
     /// in the order they would have had; in between, a read of the order sorts the stamps.
     pub fn keep_order(&mut self, keep: bool) {
-        if keep == !self.unordered {
+        let ordered = !self.unordered;
+        if keep == ordered {
             return;
         }
         self.unordered = !keep;
