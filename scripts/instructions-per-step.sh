@@ -1,7 +1,11 @@
 #!/usr/bin/env bash
 # Instructions one training step executes, counted by callgrind: a measure of the engine's
-# per-op cost that does not depend on how busy the machine is (wall-clock ratios on a shared
-# machine swing by tenths between runs of one binary; these counts agree to about 0.25%).
+# per-op cost that depends far less on how busy the machine is (wall-clock ratios on a shared
+# machine swing by tenths between runs of one binary). These counts still spread by about 0.5%
+# between runs of one binary: Burn's autodiff keeps hash maps with a random seed, and an
+# asynchronous engine's evictions depend on timing. REPS=n runs each mode n times and prints the
+# median too; to compare two builds, alternate them, or compare per-function self costs
+# (callgrind_annotate), which do not move.
 #
 #   scripts/instructions-per-step.sh [model] [modes...]
 #   scripts/instructions-per-step.sh transformer plain none 200 30
@@ -27,8 +31,18 @@ count() {
   valgrind --tool=callgrind --callgrind-out-file=/dev/null "$bin" "$model" "$1" "$2" 2>&1 \
     | awk '/Collected/ { gsub(",", "", $4); print $4 }'
 }
+reps=${REPS:-1}
 for mode in "${modes[@]}"; do
-  short=$(count "$mode" 20)
-  long=$(count "$mode" 60)
-  echo "$model $mode: $(( (long - short) / 40 )) instructions per step"
+  runs=()
+  for _ in $(seq "$reps"); do
+    short=$(count "$mode" 20)
+    long=$(count "$mode" 60)
+    runs+=($(( (long - short) / 40 )))
+  done
+  if [ "$reps" -eq 1 ]; then
+    echo "$model $mode: ${runs[0]} instructions per step"
+  else
+    median=$(printf '%s\n' "${runs[@]}" | sort -n | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }')
+    echo "$model $mode: $median instructions per step (median of $reps: ${runs[*]})"
+  fi
 done
