@@ -137,6 +137,19 @@ pub(crate) struct Resident<'a> {
     pub next_use: Option<&'a NextUseMemo>,
 }
 
+impl<'a> Resident<'a> {
+    fn of(id: TensorId, e: &'a Entry) -> Self {
+        Self {
+            id,
+            bytes: e.bytes,
+            last_use: e.last_use,
+            key: e.key.as_ref(),
+            prefetched: e.prefetched,
+            next_use: e.next_use.as_ref(),
+        }
+    }
+}
+
 /// A spilled tensor that is not yet on its way back.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Spilled {
@@ -179,6 +192,36 @@ pub(crate) struct Index {
     /// Output bytes learnt per op signature (see `DeviceEngine::begin_op`). Not the index's
     /// own job, but every op that reads the index reads these too: one lock, not two.
     output_sizes: FastMap<u64, u64>,
+    /// The last room pass that found no victim, and the tensors touched since.
+    fruitless: Option<FruitlessRoom>,
+}
+
+/// A room pass (tensors next used after `beyond` leave to let a prefetch in) that found no
+/// victim, in `step` under the plan numbered `plan`. Until one of the tensors `touched` since
+/// (read, made, unpinned or back on the device) is next used after `beyond`, a pass for that
+/// room or a later one finds none either: an untouched tensor's next use stays where it was.
+#[derive(Debug)]
+struct FruitlessRoom {
+    step: u64,
+    plan: u64,
+    beyond: u64,
+    touched: Vec<TensorId>,
+}
+
+/// Touched tensors a remembered fruitless room pass keeps at most: past that, it is forgotten
+/// (the next pass looks at every tensor again) rather than grow while no room is asked for.
+const MAX_TOUCHED: usize = 1024;
+
+/// Notes that `id` may have become a victim, while a fruitless room pass is remembered (a field
+/// of the index, borrowed beside the entry being changed).
+fn touch(fruitless: &mut Option<FruitlessRoom>, id: TensorId) {
+    if let Some(room) = fruitless {
+        if room.touched.len() >= MAX_TOUCHED {
+            *fruitless = None;
+        } else {
+            room.touched.push(id);
+        }
+    }
 }
 
 /// Output sizes are keyed by op and input sizes; a step's worth of distinct keys is a few
@@ -284,6 +327,7 @@ impl Index {
             .entry(id)
             .or_insert_with(|| Entry::new(victim(), bytes, tier));
         entry.last_use = tick;
+        // Pinned, it is no victim: its unpinning counts as the touch.
         entry.pins += 1;
         let read = match note {
             Some((step, now, slot)) => Self::note_entry(entry, step, now, slot),
@@ -315,6 +359,7 @@ impl Index {
         if key.is_some() {
             entry.key = key;
         }
+        touch(&mut self.fruitless, id);
         self.stamp += 1;
         entry.stamp = self.stamp;
         let tier = entry.tier;
@@ -348,13 +393,62 @@ impl Index {
         {
             self.due.remove(&(due, id));
         }
+        if tier == Tier::Device {
+            touch(&mut self.fruitless, id);
+        }
         self.enqueue(id, tier);
     }
 
     pub fn unpin(&mut self, id: TensorId) {
         if let Some(entry) = self.entries.get_mut(&id) {
             entry.pins = entry.pins.saturating_sub(1);
+            if entry.pins == 0 {
+                touch(&mut self.fruitless, id);
+            }
         }
+    }
+
+    /// Remembers that a room pass for tensors next used after `beyond` found no victim, in
+    /// `step` under plan `plan` (see [`FruitlessRoom`]).
+    pub fn remember_fruitless_room(&mut self, step: u64, plan: u64, beyond: u64) {
+        self.fruitless = Some(FruitlessRoom {
+            step,
+            plan,
+            beyond,
+            touched: Vec::new(),
+        });
+    }
+
+    pub fn forget_fruitless_room(&mut self) {
+        self.fruitless = None;
+    }
+
+    /// When a remembered fruitless pass covers a room for tensors next used after `beyond` in
+    /// `step` under plan `plan` (the same room or a later one): its own `beyond` and the
+    /// tensors touched since, which the caller checks (the list starts again empty).
+    pub fn fruitless_room_for(
+        &mut self,
+        step: u64,
+        plan: u64,
+        beyond: u64,
+    ) -> Option<(u64, Vec<TensorId>)> {
+        let room = self.fruitless.as_mut()?;
+        if room.step != step || room.plan != plan || room.beyond > beyond {
+            return None;
+        }
+        Some((room.beyond, std::mem::take(&mut room.touched)))
+    }
+
+    /// Tensor `id` as a victim pass of `tier` shows it ([`visit_unpinned`](Self::visit_unpinned)),
+    /// if it shows it.
+    pub fn unpinned_resident(&self, tier: Tier, id: TensorId) -> Option<Resident<'_>> {
+        let e = self.entries.get(&id)?;
+        Self::offered(tier, e).then(|| Resident::of(id, e))
+    }
+
+    /// Whether a victim pass of `tier` shows `e`.
+    fn offered(tier: Tier, e: &Entry) -> bool {
+        e.tier == tier && !e.dropped && e.pins == 0 && !e.in_flight
     }
 
     pub fn remove(&mut self, id: TensorId) {
@@ -433,23 +527,10 @@ impl Index {
         mut visit: impl FnMut(&Resident) -> Option<NextUseMemo>,
     ) {
         for (&id, e) in self.entries.iter_mut() {
-            if e.tier != tier
-                || e.dropped
-                || e.pins > 0
-                || e.in_flight
-                || (!tried.is_empty() && tried.contains(&id))
-            {
+            if !Self::offered(tier, e) || (!tried.is_empty() && tried.contains(&id)) {
                 continue;
             }
-            let resident = Resident {
-                id,
-                bytes: e.bytes,
-                last_use: e.last_use,
-                key: e.key.as_ref(),
-                prefetched: e.prefetched,
-                next_use: e.next_use.as_ref(),
-            };
-            if let Some(memo) = visit(&resident) {
+            if let Some(memo) = visit(&Resident::of(id, e)) {
                 e.next_use = Some(memo);
             }
         }
@@ -676,6 +757,66 @@ pub(crate) mod tests {
         index.remove(1);
         assert!(index.coldest(Tier::Host, 1, &FastSet::default()).is_empty());
         assert_eq!(index.len(), 4);
+    }
+
+    #[test]
+    fn a_fruitless_room_pass_is_remembered_with_the_tensors_touched_since() {
+        let alive: Vec<Arc<dyn Spillable>> = (0..4)
+            .map(|_| Arc::new(Fake) as Arc<dyn Spillable>)
+            .collect();
+        let weak = |id: u64| Arc::downgrade(&alive[id as usize]);
+        let mut index = Index::default();
+        index.admit_output(0, 10, 0, || weak(0), None);
+        index.set_tier(0, Tier::Host);
+        index.admit_output(1, 10, 0, || weak(1), None);
+        assert_eq!(index.fruitless_room_for(3, 7, 50), None, "none remembered");
+
+        index.remember_fruitless_room(3, 7, 40);
+        index.admit_output(2, 10, 1, || weak(2), None);
+        index.admit_input(1, 10, Tier::Device, 2, || weak(1), None);
+        index.admit_input(1, 10, Tier::Device, 2, || weak(1), None);
+        index.unpin(1);
+        index.unpin(1);
+        index.set_tier(0, Tier::Device);
+        index.set_tier(2, Tier::Host);
+        assert_eq!(
+            index.fruitless_room_for(3, 7, 40),
+            Some((40, vec![2, 1, 0])),
+            "made, read (once its last pin went), back on the device; not what left it"
+        );
+        assert_eq!(
+            index.fruitless_room_for(3, 7, 60),
+            Some((40, Vec::new())),
+            "a later room is covered, and the list starts again"
+        );
+        for (step, plan, beyond) in [(4, 7, 40), (3, 8, 40), (3, 7, 39)] {
+            assert_eq!(
+                index.fruitless_room_for(step, plan, beyond),
+                None,
+                "not in another step, under another plan, or for an earlier room"
+            );
+        }
+
+        let shown = |index: &Index, id| index.unpinned_resident(Tier::Device, id).map(|r| r.id);
+        assert_eq!(shown(&index, 0), Some(0));
+        index.admit_input(0, 10, Tier::Device, 3, || weak(0), None);
+        assert_eq!(shown(&index, 0), None, "pinned");
+        assert_eq!(shown(&index, 2), None, "on the host");
+        assert_eq!(index.fruitless_room_for(3, 7, 40), Some((40, Vec::new())));
+
+        for _ in 0..MAX_TOUCHED {
+            index.set_tier(1, Tier::Device);
+            assert!(index.fruitless.is_some(), "kept until the list is full");
+        }
+        index.set_tier(1, Tier::Device);
+        assert_eq!(
+            index.fruitless_room_for(3, 7, 40),
+            None,
+            "forgotten rather than grown past its bound"
+        );
+        index.remember_fruitless_room(3, 7, 40);
+        index.forget_fruitless_room();
+        assert_eq!(index.fruitless_room_for(3, 7, 40), None);
     }
 
     #[test]

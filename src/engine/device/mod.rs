@@ -315,7 +315,12 @@ impl DeviceEngine {
             .store(limits.budget.is_some(), Ordering::Relaxed);
         self.limits.set(limits);
         let has_plan = self.plan().is_some();
-        self.order_index(&mut lock(&self.index), has_plan);
+        {
+            let mut index = lock(&self.index);
+            self.order_index(&mut index, has_plan);
+            // New limits (a shorter prefetch window) may offer tensors a pass found none of.
+            index.forget_fruitless_room();
+        }
         self.reset_ample();
         self.reset_peaks();
         self.settle();

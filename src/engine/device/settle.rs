@@ -492,6 +492,38 @@ mod tests {
     }
 
     #[test]
+    fn a_room_pass_that_found_no_victim_runs_again_once_a_tensor_it_could_take_is_made() {
+        let tensor: Arc<dyn Spillable> = Arc::new(Counted);
+        let engine = engine_before_op_0(false, &tensor);
+        // Room for a prefetch used at op 11: tensors 2-5 are read there and 1 before it, so
+        // none is used after it.
+        let room = Room {
+            level: 0,
+            beyond: crate::engine::index::absolute(0, 11),
+        };
+        let on_device = |engine: &DeviceEngine| engine.device_committed();
+        engine.make_room_for(room);
+        assert_eq!(on_device(&engine), 5 * KIB, "no victim");
+        engine.make_room_for(room);
+        assert_eq!(on_device(&engine), 5 * KIB, "still none");
+        let generation = engine.plan_and_generation().1;
+        assert!(
+            lock(&engine.index)
+                .fruitless_room_for(0, generation, room.beyond)
+                .is_some(),
+            "the pass is remembered"
+        );
+
+        // A tensor with no known next use, made after the pass: a victim pass takes it.
+        let made: Arc<dyn Spillable> = Arc::new(Counted);
+        engine.ledger().on_create(KIB, TensorRole::Other);
+        lock(&engine.index).admit_output(6, KIB, 6, || Arc::downgrade(&made), None);
+        engine.make_room_for(room);
+        assert_eq!(lock(&engine.index).tier_of(6), Some(Tier::Host));
+        assert_eq!(on_device(&engine), 5 * KIB);
+    }
+
+    #[test]
     fn the_transfer_worker_goes_on_for_the_next_ops_too() {
         let tensor: Arc<dyn Spillable> = Arc::new(Counted);
         let engine = engine_before_op_0(true, &tensor);
