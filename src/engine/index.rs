@@ -423,27 +423,39 @@ impl Index {
         self.fruitless = None;
     }
 
-    /// When a remembered fruitless pass covers a room for tensors next used after `beyond` in
-    /// `step` under plan `plan` (the same room or a later one): its own `beyond` and the
-    /// tensors touched since, which the caller checks (the list starts again empty).
-    pub fn fruitless_room_for(
+    /// Whether a remembered fruitless pass covers a room for tensors next used after `beyond`
+    /// in `step` under plan `plan` (the same room or a later one), and still holds: `takes`,
+    /// shown each tensor touched since as a device victim pass would show it (with the pass's
+    /// own `beyond`), would take none. The list then starts again empty; a tensor taken
+    /// forgets the pass.
+    pub fn still_fruitless(
         &mut self,
         step: u64,
         plan: u64,
         beyond: u64,
-    ) -> Option<(u64, Vec<TensorId>)> {
-        let room = self.fruitless.as_mut()?;
+        mut takes: impl FnMut(&Resident, u64) -> bool,
+    ) -> bool {
+        let Index {
+            entries, fruitless, ..
+        } = self;
+        let Some(room) = fruitless else {
+            return false;
+        };
         if room.step != step || room.plan != plan || room.beyond > beyond {
-            return None;
+            return false;
         }
-        Some((room.beyond, std::mem::take(&mut room.touched)))
-    }
-
-    /// Tensor `id` as a victim pass of `tier` shows it ([`visit_unpinned`](Self::visit_unpinned)),
-    /// if it shows it.
-    pub fn unpinned_resident(&self, tier: Tier, id: TensorId) -> Option<Resident<'_>> {
-        let e = self.entries.get(&id)?;
-        Self::offered(tier, e).then(|| Resident::of(id, e))
+        let taken = room.touched.iter().any(|&id| {
+            entries
+                .get(&id)
+                .filter(|e| Self::offered(Tier::Device, e))
+                .is_some_and(|e| takes(&Resident::of(id, e), room.beyond))
+        });
+        if taken {
+            *fruitless = None;
+        } else {
+            room.touched.clear();
+        }
+        !taken
     }
 
     /// Whether a victim pass of `tier` shows `e`.
@@ -760,63 +772,78 @@ pub(crate) mod tests {
     }
 
     #[test]
-    fn a_fruitless_room_pass_is_remembered_with_the_tensors_touched_since() {
+    fn a_fruitless_room_pass_holds_until_a_tensor_touched_since_would_be_taken() {
         let alive: Vec<Arc<dyn Spillable>> = (0..4)
             .map(|_| Arc::new(Fake) as Arc<dyn Spillable>)
             .collect();
         let weak = |id: u64| Arc::downgrade(&alive[id as usize]);
+        // The tensors `still_fruitless` shows, none taken.
+        let shown = |index: &mut Index, step, plan, beyond| {
+            let mut seen = Vec::new();
+            let still = index.still_fruitless(step, plan, beyond, |r, pass_beyond| {
+                assert_eq!(pass_beyond, 40, "checked against the pass's own room");
+                seen.push(r.id);
+                false
+            });
+            still.then_some(seen)
+        };
         let mut index = Index::default();
         index.admit_output(0, 10, 0, || weak(0), None);
         index.set_tier(0, Tier::Host);
         index.admit_output(1, 10, 0, || weak(1), None);
-        assert_eq!(index.fruitless_room_for(3, 7, 50), None, "none remembered");
+        assert_eq!(shown(&mut index, 3, 7, 50), None, "none remembered");
 
         index.remember_fruitless_room(3, 7, 40);
         index.admit_output(2, 10, 1, || weak(2), None);
         index.admit_input(1, 10, Tier::Device, 2, || weak(1), None);
         index.admit_input(1, 10, Tier::Device, 2, || weak(1), None);
         index.unpin(1);
-        index.unpin(1);
+        index.admit_input(3, 10, Tier::Device, 2, || weak(3), None);
         index.set_tier(0, Tier::Device);
         index.set_tier(2, Tier::Host);
         assert_eq!(
-            index.fruitless_room_for(3, 7, 40),
-            Some((40, vec![2, 1, 0])),
-            "made, read (once its last pin went), back on the device; not what left it"
+            shown(&mut index, 3, 7, 40),
+            Some(vec![0]),
+            "back on the device; not what was made and left, nor what is still pinned"
         );
+        index.unpin(1);
+        index.unpin(3);
         assert_eq!(
-            index.fruitless_room_for(3, 7, 60),
-            Some((40, Vec::new())),
-            "a later room is covered, and the list starts again"
+            shown(&mut index, 3, 7, 60),
+            Some(vec![1, 3]),
+            "unpinned, once the last pin went; a later room is covered too"
         );
+        assert_eq!(shown(&mut index, 3, 7, 40), Some(Vec::new()));
         for (step, plan, beyond) in [(4, 7, 40), (3, 8, 40), (3, 7, 39)] {
             assert_eq!(
-                index.fruitless_room_for(step, plan, beyond),
+                shown(&mut index, step, plan, beyond),
                 None,
                 "not in another step, under another plan, or for an earlier room"
             );
         }
 
-        let shown = |index: &Index, id| index.unpinned_resident(Tier::Device, id).map(|r| r.id);
-        assert_eq!(shown(&index, 0), Some(0));
-        index.admit_input(0, 10, Tier::Device, 3, || weak(0), None);
-        assert_eq!(shown(&index, 0), None, "pinned");
-        assert_eq!(shown(&index, 2), None, "on the host");
-        assert_eq!(index.fruitless_room_for(3, 7, 40), Some((40, Vec::new())));
+        index.set_tier(2, Tier::Device);
+        assert!(!index.still_fruitless(3, 7, 40, |r, _| r.id == 2));
+        assert_eq!(
+            shown(&mut index, 3, 7, 40),
+            None,
+            "a tensor it would take forgets the pass"
+        );
 
+        index.remember_fruitless_room(3, 7, 40);
         for _ in 0..MAX_TOUCHED {
             index.set_tier(1, Tier::Device);
-            assert!(index.fruitless.is_some(), "kept until the list is full");
         }
+        assert!(index.fruitless.is_some(), "kept until the list is full");
         index.set_tier(1, Tier::Device);
         assert_eq!(
-            index.fruitless_room_for(3, 7, 40),
+            shown(&mut index, 3, 7, 40),
             None,
             "forgotten rather than grown past its bound"
         );
         index.remember_fruitless_room(3, 7, 40);
         index.forget_fruitless_room();
-        assert_eq!(index.fruitless_room_for(3, 7, 40), None);
+        assert_eq!(shown(&mut index, 3, 7, 40), None);
     }
 
     #[test]

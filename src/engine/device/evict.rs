@@ -97,40 +97,32 @@ impl DeviceEngine {
 
     /// Whether a room pass for `room` would find no victim: one found none before (in this
     /// step, under this plan, for a room as late or earlier), and no tensor touched since is
-    /// one that pass would have taken (shown by a pass, next used after its room, and not
-    /// needed soon: see [`victims`](Self::victims)).
+    /// one that pass would have taken (next used after its room and not needed soon: see
+    /// [`victims`](Self::victims)).
     fn room_still_fruitless(&self, plan: &Arc<UsePlan>, generation: u64, room: Room) -> bool {
         let (step, now) = self.recorder.position();
         let window = self
             .with_limits(|limits| limits.prefetch_window)
             .min(plan.len());
-        let mut index = lock(&self.index);
-        let Some((beyond, touched)) = index.fruitless_room_for(step, generation, room.beyond)
-        else {
-            return false;
-        };
         let placement = Placement {
             plan: plan.clone(),
             step,
             now,
         };
-        let leads = lock(&self.leads);
-        let still = touched.iter().all(|&id| {
-            let Some(r) = index.unpinned_resident(Tier::Device, id) else {
-                return true;
-            };
+        let mut index = lock(&self.index);
+        // Taken after the index, as a victim pass takes them, and only if a tensor needs them.
+        let mut leads = None;
+        index.still_fruitless(step, generation, room.beyond, |r, beyond| {
             let next_use = r
                 .key
                 .map_or(NextUse::Unknown, |k| plan.next_use(*k, step, now));
+            if placement.due_of(next_use).is_some_and(|due| due <= beyond) {
+                return false;
+            }
+            let leads = leads.get_or_insert_with(|| lock(&self.leads));
             let lead = r.key.and_then(|k| leads.get(&k.key)).copied().unwrap_or(0);
-            let used_before = placement.due_of(next_use).is_some_and(|due| due <= beyond);
-            used_before || victim::needed_soon(r.prefetched, next_use, window, lead)
-        });
-        drop(leads);
-        if !still {
-            index.forget_fruitless_room();
-        }
-        still
+            !victim::needed_soon(r.prefetched, next_use, window, lead)
+        })
     }
 
     pub(super) fn evict_until(&self, target: u64) -> bool {

@@ -508,10 +508,8 @@ mod tests {
         assert_eq!(on_device(&engine), 5 * KIB, "still none");
         let generation = engine.plan_and_generation().1;
         assert!(
-            lock(&engine.index)
-                .fruitless_room_for(0, generation, room.beyond)
-                .is_some(),
-            "the pass is remembered"
+            lock(&engine.index).still_fruitless(0, generation, room.beyond, |_, _| true),
+            "the pass is remembered, and nothing touched since"
         );
 
         // A tensor with no known next use, made after the pass: a victim pass takes it.
