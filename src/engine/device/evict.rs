@@ -25,9 +25,11 @@ pub(super) enum Eviction {
     Reached,
     /// It moved its share of bytes and stopped short.
     Sliced,
-    /// Nothing more could be evicted, after some tensors were tried.
+    /// Short of the target, with victims left that could not be moved (busy in an op or a
+    /// transfer).
     Stuck,
-    /// No tensor was a victim at all.
+    /// Short of the target, with no victim left on the device: none was found, or every one
+    /// found has left it. A pass for the same room now would find none.
     NoVictims,
 }
 
@@ -65,10 +67,13 @@ impl DeviceEngine {
     /// Makes `room` for a prefetch on the calling thread, as far as the tensors it may evict
     /// allow (the prefetch waits for another op otherwise).
     ///
-    /// Near a tight budget most such passes find no tensor used after the prefetched one
-    /// (on the small CNN at 30% of its peak, four in five did, each a walk over every tensor):
-    /// one that found none is remembered, and the next is skipped while no tensor touched since
-    /// could be a victim (see [`room_still_fruitless`](Self::room_still_fruitless)).
+    /// Near a tight budget most such passes find no tensor used after the prefetched one, or
+    /// take the last ones there are (on the small CNN at 30% of its peak, four in five found
+    /// none, each a walk over every tensor): a pass that leaves no victim is remembered, and
+    /// the next is skipped while no tensor touched since could be one (see
+    /// [`room_still_fruitless`](Self::room_still_fruitless)). A tensor another thread brings
+    /// back while the pass runs is not seen as touched: at worst a prefetch then waits until
+    /// another touch, or the next step, lets a pass run.
     pub(super) fn make_room_for(&self, room: Room) {
         if self.device_committed() <= room.level {
             return;
@@ -140,6 +145,8 @@ impl DeviceEngine {
         // Victims come from the index: every tensor must be in it before any may leave.
         self.track_all();
         let mut tried = FastSet::default();
+        // Of the tensors tried, those that left the device (moved or dropped).
+        let mut left = 0usize;
         let mut evicted = 0u64;
         let drops = self.drop_context(&self.limits());
         loop {
@@ -158,7 +165,7 @@ impl DeviceEngine {
                 drops.as_ref(),
             );
             if candidates.is_empty() {
-                return if tried.is_empty() {
+                return if left == tried.len() {
                     Eviction::NoVictims
                 } else {
                     Eviction::Stuck
@@ -216,6 +223,7 @@ impl DeviceEngine {
             if !batch.is_empty() && self.device_committed() > target {
                 evicted += self.evict_together(&batch, &mut moved);
             }
+            left += moved.len() + dropped.len();
             let placement = self.placement();
             let mut index = lock(&self.index);
             let leads = lock(&self.leads);

@@ -519,6 +519,10 @@ mod tests {
         engine.make_room_for(room);
         assert_eq!(lock(&engine.index).tier_of(6), Some(Tier::Host));
         assert_eq!(on_device(&engine), 5 * KIB);
+        assert!(
+            lock(&engine.index).still_fruitless(0, generation, room.beyond, |_, _| true),
+            "a pass that took the last victim there was is remembered too"
+        );
     }
 
     #[test]
