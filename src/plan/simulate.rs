@@ -42,7 +42,7 @@ use crate::policy::handoff::{self, MoveHistory};
 use crate::policy::plan::{KeyAt, NextUse, PlanKey, UsePlan, keys_and_uses, positions_of};
 use crate::policy::prefetch as decide;
 use crate::policy::recompute::{self, OnOpThread, Rebuild, RecomputeMode, Victim};
-use crate::policy::victim::{self, Bandwidth, Candidate};
+use crate::policy::victim::{self, Bandwidth, Candidate, Takes};
 use crate::policy::windows;
 use crate::tape::StepTape;
 
@@ -637,14 +637,14 @@ impl<'a> Sim<'a> {
     }
 
     /// Victims among the resident, unpinned tensors that bring the device (less what is
-    /// leaving) down to `target`, chosen as the engine's `victims` chooses them; with `beyond`,
-    /// only tensors next used after that position.
+    /// leaving) down to `target`, chosen as the engine's `victims` chooses them, of those `takes`
+    /// allows.
     fn victims(
         &self,
         now: u32,
         want: u64,
         pinned: &HashSet<TensorId>,
-        beyond: Option<u32>,
+        takes: Takes<u32>,
         waited_for: bool,
     ) -> Vec<TensorId> {
         let window = self.settings.prefetch_window.min(self.plan.len());
@@ -662,9 +662,11 @@ impl<'a> Sim<'a> {
             } else {
                 NextUse::Unknown
             };
-            if let (Some(beyond), NextUse::In(d)) = (beyond, next_use)
-                && now + d <= beyond
-            {
+            let used_before = match (takes.beyond(), next_use) {
+                (Some(beyond), NextUse::In(d)) => now + d <= beyond,
+                _ => false,
+            };
+            if used_before || takes.spares(next_use) {
                 continue;
             }
             let mut candidate = Candidate {
@@ -698,7 +700,7 @@ impl<'a> Sim<'a> {
             &later,
             &soon,
             want,
-            beyond.is_none(),
+            takes.takes_soon(),
         )
     }
 
@@ -711,7 +713,7 @@ impl<'a> Sim<'a> {
         op: usize,
         now: u32,
         pinned: &HashSet<TensorId>,
-        beyond: Option<u32>,
+        takes: Takes<u32>,
         waited_for: bool,
     ) -> f64 {
         let after = self.clock;
@@ -720,7 +722,7 @@ impl<'a> Sim<'a> {
         if staying <= target {
             return freed_at;
         }
-        for id in self.victims(now, staying - target, pinned, beyond, waited_for) {
+        for id in self.victims(now, staying - target, pinned, takes, waited_for) {
             if self.device - self.leaving <= target {
                 break;
             }
@@ -943,7 +945,8 @@ impl<'a> Sim<'a> {
         if self.device + need > budget {
             // Room first, on the op's thread: the op waits for the copies to leave.
             let target = budget.saturating_sub(need);
-            let evicted = self.evict_down_to(target, i, self.positions[i], &pinned, None, true);
+            let takes = Takes::Any;
+            let evicted = self.evict_down_to(target, i, self.positions[i], &pinned, takes, true);
             let left = self.left_down_to(target);
             room_at = if left.is_finite() { left } else { evicted }.max(self.clock);
             ready = ready.max(room_at);
@@ -1117,12 +1120,14 @@ impl<'a> Sim<'a> {
             // The ahead part first, as the engine's `settle_to` does.
             let mut done = self.clock;
             if let Some((level, after)) = ahead {
-                let beyond = Some(now + after);
-                done = self.evict_down_to(level, i, now, &none, beyond, here);
+                let takes = Takes::UsedAfter(now + after);
+                done = self.evict_down_to(level, i, now, &none, takes, here);
             }
-            done = done.max(self.evict_down_to(target, i, now, &none, None, here));
+            let takes = Takes::AllButNextOp;
+            done = done.max(self.evict_down_to(target, i, now, &none, takes, here));
             if let Some((level, beyond)) = room {
-                done = done.max(self.evict_down_to(level, i, now, &none, Some(beyond), here));
+                let takes = Takes::UsedAfter(beyond);
+                done = done.max(self.evict_down_to(level, i, now, &none, takes, here));
             }
             if here {
                 here_done = here_done.max(done);

@@ -199,6 +199,51 @@ pub fn first_in_order(
     }
 }
 
+/// Which resident tensors an eviction pass may take, besides those a running op has pinned.
+/// `P` is how the caller counts positions.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Takes<P> {
+    /// Any: room for the op being admitted, whose inputs are pinned.
+    Any,
+    /// Any but those the op about to run reads ([`read_by_next_op`]): a pass between ops.
+    AllButNextOp,
+    /// Only those next used after position `P` (or never, or at no known position), and never
+    /// those [`needed_soon`]: room for a prefetch, or for the next ops.
+    UsedAfter(P),
+}
+
+impl<P: Copy> Takes<P> {
+    /// The position a victim's next use must be after, if any.
+    pub fn beyond(self) -> Option<P> {
+        match self {
+            Takes::UsedAfter(beyond) => Some(beyond),
+            _ => None,
+        }
+    }
+
+    /// Whether tensors needed soon are taken once the others fall short.
+    pub fn takes_soon(self) -> bool {
+        !matches!(self, Takes::UsedAfter(_))
+    }
+
+    /// Whether a tensor next used at `next_use` is left alone for the op about to run.
+    pub fn spares(self, next_use: NextUse) -> bool {
+        matches!(self, Takes::AllButNextOp) && read_by_next_op(next_use)
+    }
+}
+
+/// Whether a resident tensor is read by the op at the position the engine is at (between ops,
+/// the op about to run). A pass between ops never takes one ([`Takes::AllButNextOp`]): that op
+/// brings it back before it runs, so moving it out lowers no peak (an op holds its inputs on the
+/// device while it runs) and costs a round trip; Belady's MIN evicts only what the op about to
+/// run does not read. This matters before an op that needs more than the budget by itself: no
+/// eviction can make its room, and one that takes its inputs only makes it wait for them. The
+/// pass that admits an op leaves its inputs alone by their pins instead, which hold whatever
+/// the plan says.
+pub fn read_by_next_op(next_use: NextUse) -> bool {
+    next_use == NextUse::In(0)
+}
+
 /// Whether a resident tensor is needed soon: within the prefetch `window` plus the `lead` it
 /// earned, or brought back for a use that has not come yet. Such tensors leave only when
 /// nothing else is left ([`pick`]).

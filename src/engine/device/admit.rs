@@ -10,6 +10,7 @@ use crate::engine::index::{Index, Spillable};
 use crate::engine::slot::{TensorId, Tier};
 use crate::fast_hash::FastHasher;
 use crate::policy::plan::{KeyAt, PlanKey};
+use crate::policy::victim::Takes;
 
 use super::{DeviceEngine, lock};
 use crate::policy::prefetch::lead_after_late;
@@ -185,7 +186,9 @@ impl DeviceEngine {
         let reserved = to_restore.saturating_add(estimate);
         self.reserved_for_ops.fetch_add(reserved, Ordering::Relaxed);
         if self.device_committed() > budget {
-            self.ledger.engine_work(false, || self.make_room(budget));
+            // The op's inputs are pinned: the pass may take any other tensor.
+            self.ledger
+                .engine_work(false, || self.make_room(budget, Takes::Any));
         }
         Some(OpTicket {
             name,

@@ -10,7 +10,7 @@ use crate::engine::slot::{TensorId, Tier};
 use crate::engine::transfer::on_worker;
 use crate::fast_hash::FastSet;
 use crate::policy::plan::{NextUse, NextUseMemo, UsePlan};
-use crate::policy::victim::{self, Bandwidth};
+use crate::policy::victim::{self, Bandwidth, Takes};
 
 use super::prefetch::Room;
 use super::recompute::DropContext;
@@ -42,18 +42,18 @@ pub(super) const BATCH_BYTES: u64 = 4 << 20;
 
 impl DeviceEngine {
     /// Evicts by the policy until device bytes (with those in flight to it) are at most
-    /// `target`, then spills host overflow to disk (left to the I/O worker, queued by the next
-    /// `after_op`, when the engine is asynchronous). Returns whether it got there. On an op's
-    /// thread the time it takes is stall time: the op waits for it.
-    pub fn make_room(&self, target: u64) -> bool {
+    /// `target`, taking what `takes` allows, then spills host overflow to disk (left to the I/O
+    /// worker, queued by the next `after_op`, when the engine is asynchronous). Returns whether
+    /// it got there. On an op's thread the time it takes is stall time: the op waits for it.
+    pub(super) fn make_room(&self, target: u64, takes: Takes<u64>) -> bool {
         let start = Instant::now();
-        let mut reached = self.evict_until(target);
+        let mut reached = self.evict_until(target, takes);
         let limits = self.limits();
         if !reached && limits.asynchronous && !on_worker() {
             // The tensors left may be busy in a worker's move (an eviction that will free them,
             // a prefetch): let the workers finish, then try again.
             self.quiesce();
-            reached = self.evict_until(target);
+            reached = self.evict_until(target, takes);
         }
         if !limits.asynchronous {
             self.spill_host_overflow(&limits);
@@ -88,7 +88,7 @@ impl DeviceEngine {
             return;
         }
         let start = Instant::now();
-        let outcome = self.evict_until_within(room.level, u64::MAX, Some(room.beyond));
+        let outcome = self.evict_until_within(room.level, u64::MAX, Takes::UsedAfter(room.beyond));
         if !on_worker() {
             self.ledger.on_stall(start.elapsed());
         }
@@ -130,17 +130,17 @@ impl DeviceEngine {
         })
     }
 
-    pub(super) fn evict_until(&self, target: u64) -> bool {
-        self.evict_until_within(target, u64::MAX, None) == Eviction::Reached
+    pub(super) fn evict_until(&self, target: u64, takes: Takes<u64>) -> bool {
+        self.evict_until_within(target, u64::MAX, takes) == Eviction::Reached
     }
 
-    /// [`evict_until`](Self::evict_until), stopping once `slice` bytes moved, and taking only
-    /// tensors next used after absolute position `beyond` when given.
+    /// [`evict_until`](Self::evict_until), stopping once `slice` bytes moved, and taking what
+    /// `takes` allows (its positions are absolute: see [`crate::engine::index::absolute`]).
     pub(super) fn evict_until_within(
         &self,
         target: u64,
         slice: u64,
-        beyond: Option<u64>,
+        takes: Takes<u64>,
     ) -> Eviction {
         // Victims come from the index: every tensor must be in it before any may leave.
         self.track_all();
@@ -161,7 +161,7 @@ impl DeviceEngine {
                 Tier::Device,
                 committed - target,
                 &tried,
-                beyond,
+                takes,
                 drops.as_ref(),
             );
             if candidates.is_empty() {
@@ -290,18 +290,17 @@ impl DeviceEngine {
         bytes
     }
 
-    /// The next victims of `tier` worth `want` bytes, in the policy's order. Without a plan (or
-    /// under LRU) the coldest first. Tensors whose next use is within the prefetch window are
-    /// taken only when nothing else is left. With `beyond`, only tensors next used after that
-    /// absolute position are taken (those with no known next use count as used last). With
-    /// `drops` in `both` mode, a tensor that may be dropped is ranked by the cheaper of moving
-    /// and rebuilding it.
+    /// The next victims of `tier` worth `want` bytes, in the policy's order, of those `takes`
+    /// allows (with no known next use a tensor counts as used last). Without a plan (or under
+    /// LRU) the coldest first, of all. Tensors whose next use is within the prefetch window are
+    /// taken only when nothing else is left. With `drops` in `both` mode, a tensor that may be
+    /// dropped is ranked by the cheaper of moving and rebuilding it.
     pub(super) fn victims(
         &self,
         tier: Tier,
         want: u64,
         tried: &FastSet<TensorId>,
-        beyond: Option<u64>,
+        takes: Takes<u64>,
         drops: Option<&DropContext>,
     ) -> Vec<Candidate> {
         let limits = self.limits();
@@ -346,9 +345,10 @@ impl DeviceEngine {
                     }
                 },
             };
-            if let (Some(beyond), Some(due)) = (beyond, placement.due_of(next_use))
-                && due <= beyond
-            {
+            let used_before = (takes.beyond())
+                .zip(placement.due_of(next_use))
+                .is_some_and(|(beyond, due)| due <= beyond);
+            if used_before || takes.spares(next_use) {
                 return looked_up;
             }
             let lead = r.key.and_then(|k| leads.get(&k.key)).copied().unwrap_or(0);
@@ -383,7 +383,7 @@ impl DeviceEngine {
             &later,
             &soon,
             want,
-            beyond.is_none(),
+            takes.takes_soon(),
         );
         index.upgrade(picked)
     }
@@ -439,7 +439,7 @@ impl DeviceEngine {
             if resident <= limit {
                 return;
             }
-            let candidates = self.victims(Tier::Host, resident - limit, &tried, None, None);
+            let candidates = self.victims(Tier::Host, resident - limit, &tried, Takes::Any, None);
             if candidates.is_empty() {
                 return;
             }

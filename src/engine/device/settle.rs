@@ -9,6 +9,7 @@ use crate::engine::slot::Tier;
 use crate::engine::transfer::{Job, Lane};
 use crate::policy::handoff::{self, MoveHistory};
 use crate::policy::prefetch as decide;
+use crate::policy::victim::Takes;
 
 use super::ample::UntrackedOp;
 use super::evict::Eviction;
@@ -208,17 +209,25 @@ impl DeviceEngine {
                 // target in the same pass (one left short goes on to the target with any).
                 let ahead = match goal.ahead {
                     Some(ahead) => {
-                        self.evict_until_within(ahead.level, SETTLE_SLICE_BYTES, Some(ahead.beyond))
+                        let takes = Takes::UsedAfter(ahead.beyond);
+                        self.evict_until_within(ahead.level, SETTLE_SLICE_BYTES, takes)
                     }
                     None => Eviction::Reached,
                 };
                 let mut outcome = match ahead {
                     Eviction::Sliced => Eviction::Sliced,
-                    _ => self.evict_until_within(goal.target, SETTLE_SLICE_BYTES, None),
+                    _ => self.evict_until_within(
+                        goal.target,
+                        SETTLE_SLICE_BYTES,
+                        Takes::AllButNextOp,
+                    ),
                 };
                 if let (Eviction::Reached, Some(room)) = (outcome, goal.room) {
-                    outcome =
-                        self.evict_until_within(room.level, SETTLE_SLICE_BYTES, Some(room.beyond));
+                    outcome = self.evict_until_within(
+                        room.level,
+                        SETTLE_SLICE_BYTES,
+                        Takes::UsedAfter(room.beyond),
+                    );
                 }
                 if outcome == Eviction::Sliced {
                     // Still marked queued: the rest goes behind whatever came meanwhile.
@@ -316,7 +325,7 @@ impl DeviceEngine {
         if let Some(ahead) = point.ahead {
             self.make_room_for(ahead);
         }
-        self.make_room(point.target);
+        self.make_room(point.target, Takes::AllButNextOp);
     }
 
     pub(super) fn settle_at(&self, limits: &Limits, point: SettlePoint) {
@@ -447,6 +456,66 @@ mod tests {
             "the tensors read last all go, where the target alone asked for one"
         );
         assert_eq!(engine.device_committed(), KIB);
+    }
+
+    /// Before an op that needs more than the budget by itself, no settle can make its room: one
+    /// that took the op's inputs would only make the op bring them back. The pass that admits
+    /// an op may take any tensor but the ones it pins.
+    #[test]
+    fn a_settle_leaves_what_the_next_op_reads_even_short_of_its_target() {
+        // Op 0 reads 1 and 2 and makes 100; op 1 reads 3 and makes 101: 1 KiB each.
+        let tape = StepTape {
+            ops: vec![op(vec![1, 2], vec![100]), op(vec![3], vec![101])],
+            tensors: [1, 2, 3, 100, 101]
+                .into_iter()
+                .map(|id| crate::tape::TensorRecord {
+                    id,
+                    bytes: KIB,
+                    dtype: "F32".into(),
+                    shape: vec![256],
+                    role: TensorRole::Other,
+                    producer: None,
+                })
+                .collect(),
+            ..Default::default()
+        };
+        let plan = UsePlan::from_tape(&tape, None);
+        let tensor: Arc<dyn Spillable> = Arc::new(Counted);
+        let engine = Arc::new(DeviceEngine::default());
+        // Op 0 needs 3 KiB; the target before it is the budget less its 1 KiB output: 1 KiB.
+        let budget = 2 * KIB;
+        engine.limits.set(Limits {
+            budget: Some(budget),
+            high_water: budget,
+            policy: PolicyKind::NextUse,
+            prefetch_window: 0,
+            ..Limits::default()
+        });
+        engine
+            .plan_headroom
+            .store(plan.max_headroom() + 1, Ordering::Relaxed);
+        engine.plan.set(Some(Arc::new(plan)));
+        for (id, op, slot) in [(1, 0, 0), (2, 0, 1), (3, 1, 0)] {
+            engine.ledger().on_create(KIB, TensorRole::Other);
+            let key = KeyAt {
+                step: 0,
+                key: PlanKey::Input { op, slot },
+            };
+            let mut index = lock(&engine.index);
+            index.admit_output(id, KIB, id, || Arc::downgrade(&tensor), Some(key));
+        }
+        engine.settle();
+        let tier = |id| lock(&engine.index).tier_of(id);
+        assert_eq!(tier(3), Some(Tier::Host), "op 1 reads it: it goes");
+        assert_eq!(
+            (tier(1), tier(2)),
+            (Some(Tier::Device), Some(Tier::Device)),
+            "op 0 reads them: they stay, short of the target"
+        );
+        assert_eq!(engine.device_committed(), 2 * KIB);
+        // Without pins, the admitting pass takes them.
+        assert!(engine.make_room(0, Takes::Any));
+        assert_eq!((tier(1), tier(2)), (Some(Tier::Host), Some(Tier::Host)));
     }
 
     #[test]
