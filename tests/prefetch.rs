@@ -83,8 +83,9 @@ fn train_marked(config: SpillConfig) -> (TrainRun, SpillStats, SpillStats) {
     )
 }
 
-/// Every policy, at 75% and 50% of the peak, trains identically, moves at most 1.1x Belady's
-/// MIN in the last step, and prefetches at least 95% of the spilled reads once steps repeat:
+/// Every policy, at 75%, 50% and 30% of the peak, trains identically, moves at most 1.1x
+/// Belady's MIN in the last step, and prefetches at least 95% of the spilled reads once steps
+/// repeat (at 30% some of the CNN's ops need more than the budget by themselves: 95.3-95.5%):
 /// in each configuration with the moves between ops on the op's thread (where the rate
 /// measures the plan alone), and over all configurations together on the transfer workers (one
 /// may read as few as 16 spilled tensors).
@@ -97,7 +98,7 @@ fn every_policy_prefetches_ahead_and_trains_identically() {
     let mut low = Vec::new();
     let mut async_reads = (0u64, 0u64);
     for asynchronous in [false, true] {
-        for percent in [75, 50] {
+        for percent in [75, 50, 30] {
             for policy in [PolicyKind::Lru, PolicyKind::NextUse, PolicyKind::CostAware] {
                 let what = format!(
                     "{policy} at {percent}% of the peak, {}",
@@ -171,9 +172,9 @@ fn every_policy_prefetches_ahead_and_trains_identically() {
     assert!(low.is_empty(), "{low:#?}");
     let (hits, misses) = async_reads;
     let rate = hits as f64 / (hits + misses).max(1) as f64;
-    // Measured 100% over all six, idle and with two CPU hogs beside the test (the engine
-    // measures how late a busy machine schedules its workers and keeps such moves on the op's
-    // thread).
+    // Measured 100% over the six at 75% and 50%, idle and with two CPU hogs beside the test (the
+    // engine measures how late a busy machine schedules its workers and keeps such moves on the
+    // op's thread), and 95.3-95.5% at 30%, as synchronously.
     assert!(
         rate >= 0.95,
         "asynchronous prefetch hit rate {rate:.3} over every policy and budget ({hits} hits, {misses} misses)"

@@ -1082,7 +1082,8 @@ impl<'a> Sim<'a> {
                 let mut used = self.device;
                 for (d, id) in due {
                     let bytes = self.size(id);
-                    let ceiling = decide::ceiling(budget, &headroom, d);
+                    let fits = decide::use_fits(self.plan, budget, now, d);
+                    let ceiling = decide::ceiling(budget, &headroom, d, fits);
                     if used + bytes > ceiling {
                         room = Some((ceiling.saturating_sub(bytes), now + d));
                         break;

@@ -26,13 +26,29 @@ pub fn is_due(next_use: NextUse, reach: u32, lead: u32) -> bool {
 /// budget, less the room the ops up to that use need (`headroom`, from
 /// [`UsePlan::headroom_curve`]), so that the prefetched tensor is not evicted again before its
 /// use. Past the curve's end its last value holds.
-pub fn ceiling(budget: u64, headroom: &[u64], distance: u32) -> u64 {
-    let ahead = headroom
-        .get(distance as usize)
-        .or(headroom.last())
-        .copied()
+///
+/// When the op at that use needs more than the budget by itself (`use_fits` false, see
+/// [`use_fits`]), only the ops before it count: that op runs over the budget whether its
+/// inputs come early or at its start, so room kept for it holds nothing back, and a tensor
+/// fetched by the op itself is a wait for the whole move.
+pub fn ceiling(budget: u64, headroom: &[u64], distance: u32, use_fits: bool) -> u64 {
+    let counted = if use_fits {
+        Some(distance as usize)
+    } else {
+        (distance as usize).checked_sub(1)
+    };
+    let ahead = counted
+        .map(|k| headroom.get(k).or(headroom.last()).copied().unwrap_or(0))
         .unwrap_or(0);
     budget.saturating_sub(ahead)
+}
+
+/// Whether the op `distance` ops after position `now` (wrapping into the next step) fits
+/// `budget` by itself: its inputs and outputs, as the plan recorded them.
+pub fn use_fits(plan: &UsePlan, budget: u64, now: u32, distance: u32) -> bool {
+    let len = u64::from(plan.len().max(1));
+    let position = (u64::from(now) + u64::from(distance)) % len;
+    plan.op_bytes(position as u32) <= budget
 }
 
 /// Steps a tensor whose prefetch was wasted (evicted again before its use) is not prefetched;
@@ -133,12 +149,33 @@ mod tests {
     #[test]
     fn the_ceiling_leaves_the_room_the_ops_up_to_the_use_need() {
         let headroom = [10, 30, 30, 50];
-        assert_eq!(ceiling(100, &headroom, 0), 90);
-        assert_eq!(ceiling(100, &headroom, 3), 50);
+        assert_eq!(ceiling(100, &headroom, 0, true), 90);
+        assert_eq!(ceiling(100, &headroom, 3, true), 50);
         // Past the curve its last value holds; an empty curve asks for nothing.
-        assert_eq!(ceiling(100, &headroom, 9), 50);
-        assert_eq!(ceiling(100, &[], 9), 100);
-        assert_eq!(ceiling(20, &headroom, 3), 0);
+        assert_eq!(ceiling(100, &headroom, 9, true), 50);
+        assert_eq!(ceiling(100, &[], 9, true), 100);
+        assert_eq!(ceiling(20, &headroom, 3, true), 0);
+        // A use that is over the budget by itself keeps no room for itself, only for the ops
+        // before it.
+        assert_eq!(ceiling(100, &headroom, 3, false), 70);
+        assert_eq!(ceiling(100, &headroom, 0, false), 100);
+    }
+
+    #[test]
+    fn a_use_fits_when_its_op_s_inputs_and_outputs_do() {
+        const KIB: u64 = 1024;
+        // Op 0 reads 1 and 2 and makes 3 (3 KiB in all); op 1 reads 3 and makes 4 (2 KiB).
+        let t = crate::plan::tests::tape(
+            &[("float_add", &[1, 2], &[3]), ("float_exp", &[3], &[4])],
+            &[(1, KIB), (2, KIB), (3, KIB), (4, KIB)],
+            &[],
+        );
+        let plan = UsePlan::from_tape(&t, None);
+        assert!(use_fits(&plan, 3 * KIB, 0, 0));
+        assert!(!use_fits(&plan, 2 * KIB, 0, 0));
+        assert!(use_fits(&plan, 2 * KIB, 0, 1));
+        // One op on from the last is the next step's first.
+        assert!(!use_fits(&plan, 2 * KIB, 1, 1));
     }
 
     #[test]

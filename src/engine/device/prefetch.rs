@@ -71,7 +71,8 @@ impl DeviceEngine {
         let budget = limits.budget.unwrap_or(u64::MAX);
         let mut used = self.device_committed();
         for (d, spilled) in due {
-            let ceiling = decide::ceiling(budget, &headroom, d);
+            let fits = decide::use_fits(&plan, budget, now, d);
+            let ceiling = decide::ceiling(budget, &headroom, d, fits);
             if used + spilled.bytes > ceiling {
                 // Room for the soonest one left out is made by evicting tensors used after it;
                 // the later ones wait for their turn.

@@ -518,6 +518,68 @@ mod tests {
         assert_eq!((tier(1), tier(2)), (Some(Tier::Host), Some(Tier::Host)));
     }
 
+    /// The input of an op that needs more than the budget by itself is brought back before it
+    /// when it fits beside what the ops before it need: the room that op's output needs could
+    /// not be kept anyway.
+    #[test]
+    fn an_op_over_the_budget_by_itself_gets_its_spilled_input_prefetched() {
+        // Op 0 reads 1 and 2 and makes 100 (2 KiB): 4 KiB in all. Op 1 reads 3.
+        let tape = StepTape {
+            ops: vec![op(vec![1, 2], vec![100]), op(vec![3], Vec::new())],
+            tensors: [1, 2, 3, 100]
+                .into_iter()
+                .map(|id| crate::tape::TensorRecord {
+                    id,
+                    bytes: if id == 100 { 2 * KIB } else { KIB },
+                    dtype: "F32".into(),
+                    shape: vec![256],
+                    role: TensorRole::Other,
+                    producer: None,
+                })
+                .collect(),
+            ..Default::default()
+        };
+        let plan = UsePlan::from_tape(&tape, None);
+        let issued = |budget: u64| {
+            let tensor: Arc<dyn Spillable> = Arc::new(Counted);
+            let engine = Arc::new(DeviceEngine::default());
+            engine.limits.set(Limits {
+                budget: Some(budget),
+                high_water: budget,
+                policy: PolicyKind::NextUse,
+                prefetch_window: 4,
+                ..Limits::default()
+            });
+            engine
+                .plan_headroom
+                .store(plan.max_headroom() + 1, Ordering::Relaxed);
+            engine.plan.set(Some(Arc::new(plan.clone())));
+            // 1 on the device and 2 on the host, read by op 0, the next; 3 on the device.
+            for (id, op, slot) in [(1, 0, 0), (2, 0, 1), (3, 1, 0)] {
+                engine.ledger().on_create(KIB, TensorRole::Other);
+                let key = KeyAt {
+                    step: 0,
+                    key: PlanKey::Input { op, slot },
+                };
+                let mut index = lock(&engine.index);
+                index.admit_output(id, KIB, id, || Arc::downgrade(&tensor), Some(key));
+            }
+            Counted.evict(&engine);
+            {
+                let mut index = lock(&engine.index);
+                index.set_tier(2, Tier::Host);
+                index.set_due(2, Some(crate::engine::index::absolute(0, 0)));
+            }
+            engine.after_op();
+            engine.ledger().stats().prefetches_issued
+        };
+        // Op 0 fits 4 KiB: the room for its output is kept, which 3 KiB beside it would not
+        // leave (3 goes first, by a room pass).
+        assert_eq!(issued(4 * KIB), 0);
+        // Over a budget of 3.5 KiB by itself: no room to keep, and 3 KiB fits the budget.
+        assert_eq!(issued(7 * KIB / 2), 1);
+    }
+
     #[test]
     fn a_settling_eviction_goes_on_for_the_next_ops_with_tensors_used_after_them() {
         let tensor: Arc<dyn Spillable> = Arc::new(Counted);
