@@ -157,6 +157,15 @@ fn run<M: Model<Spilled> + Preset>(
         stats.estimate_misses,
         stats.unevictable_device_bytes
     );
+    println!(
+        "prefetch hits {} of {} spilled inputs ({:.1}%), {} issued; per step: stalls {:.3} ms, engine {:.3} ms",
+        stats.prefetch_hits,
+        stats.prefetch_hits + stats.prefetch_misses,
+        stats.prefetch_hit_rate().unwrap_or(1.0) * 100.0,
+        stats.prefetches_issued,
+        stats.stall_time.as_secs_f64() * 1e3 / steps as f64,
+        stats.engine_time.as_secs_f64() * 1e3 / steps as f64,
+    );
 }
 
 /// Runs `thousands` thousand 16x16 adds, each on two fresh inputs; the budget as for a model,
