@@ -345,7 +345,8 @@ impl DeviceEngine {
                     }
                 },
             };
-            let used_before = (takes.beyond())
+            let used_before = takes
+                .beyond()
                 .zip(placement.due_of(next_use))
                 .is_some_and(|(beyond, due)| due <= beyond);
             if used_before || takes.spares(next_use) {

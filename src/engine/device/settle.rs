@@ -411,28 +411,53 @@ mod tests {
         UsePlan::from_tape(&tape, None)
     }
 
-    /// An engine at the start of [`plan`]'s step, with tensors 1-5 (all `tensor`, which the
-    /// index holds weakly) on the device, and a budget 0.5 KiB short of what op 0 needs beside
-    /// them.
-    fn engine_before_op_0(asynchronous: bool, tensor: &Arc<dyn Spillable>) -> Arc<DeviceEngine> {
+    /// A step's tape of `ops` over the tensors `ids`, of 1 KiB each unless `sizes` says.
+    fn tape_of(
+        ops: Vec<crate::tape::OpRecord>,
+        ids: &[TensorId],
+        sizes: &[(TensorId, u64)],
+    ) -> StepTape {
+        let tensors = ids
+            .iter()
+            .map(|&id| crate::tape::TensorRecord {
+                id,
+                bytes: sizes
+                    .iter()
+                    .find(|(of, _)| *of == id)
+                    .map_or(KIB, |(_, bytes)| *bytes),
+                dtype: "F32".into(),
+                shape: vec![256],
+                role: TensorRole::Other,
+                producer: None,
+            })
+            .collect();
+        StepTape {
+            ops,
+            tensors,
+            ..Default::default()
+        }
+    }
+
+    /// An engine at the start of `plan`'s step under `limits`, with the plan in force.
+    fn engine_with(limits: Limits, plan: UsePlan) -> Arc<DeviceEngine> {
         let engine = Arc::new(DeviceEngine::default());
-        // Op 0, next, makes 1 KiB: the target is the budget less that.
-        let budget = 5 * KIB + KIB / 2;
-        engine.limits.set(Limits {
-            budget: Some(budget),
-            high_water: budget,
-            policy: PolicyKind::NextUse,
-            prefetch_window: 0,
-            asynchronous,
-            ..Limits::default()
-        });
-        let plan = plan();
+        engine.limits.set(limits);
         // As putting the plan in force does: the level under which no op settles.
         engine
             .plan_headroom
             .store(plan.max_headroom() + 1, Ordering::Relaxed);
         engine.plan.set(Some(Arc::new(plan)));
-        for (id, op, slot) in [(1, 1, 0), (2, 11, 0), (3, 11, 1), (4, 11, 2), (5, 11, 3)] {
+        engine
+    }
+
+    /// Puts 1 KiB tensors on the device, each read next at (op, input slot) of step 0 (all
+    /// `tensor`, which the index holds weakly).
+    fn on_device(
+        engine: &DeviceEngine,
+        tensor: &Arc<dyn Spillable>,
+        reads: &[(TensorId, u32, u16)],
+    ) {
+        for &(id, op, slot) in reads {
             engine.ledger().on_create(KIB, TensorRole::Other);
             let key = KeyAt {
                 step: 0,
@@ -441,6 +466,28 @@ mod tests {
             let mut index = lock(&engine.index);
             index.admit_output(id, KIB, id, || Arc::downgrade(tensor), Some(key));
         }
+    }
+
+    /// Limits with `budget`, ranked by next use, with a prefetch window of `window` ops.
+    fn limits(budget: u64, window: u32, asynchronous: bool) -> Limits {
+        Limits {
+            budget: Some(budget),
+            high_water: budget,
+            policy: PolicyKind::NextUse,
+            prefetch_window: window,
+            asynchronous,
+            ..Limits::default()
+        }
+    }
+
+    /// An engine at the start of [`plan`]'s step, with tensors 1-5 on the device, and a budget
+    /// 0.5 KiB short of what op 0 needs beside them.
+    fn engine_before_op_0(asynchronous: bool, tensor: &Arc<dyn Spillable>) -> Arc<DeviceEngine> {
+        // Op 0, next, makes 1 KiB: the target is the budget less that.
+        let budget = 5 * KIB + KIB / 2;
+        let engine = engine_with(limits(budget, 0, asynchronous), plan());
+        let reads = [(1, 1, 0), (2, 11, 0), (3, 11, 1), (4, 11, 2), (5, 11, 3)];
+        on_device(&engine, tensor, &reads);
         engine
     }
 
@@ -464,46 +511,12 @@ mod tests {
     #[test]
     fn a_settle_leaves_what_the_next_op_reads_even_short_of_its_target() {
         // Op 0 reads 1 and 2 and makes 100; op 1 reads 3 and makes 101: 1 KiB each.
-        let tape = StepTape {
-            ops: vec![op(vec![1, 2], vec![100]), op(vec![3], vec![101])],
-            tensors: [1, 2, 3, 100, 101]
-                .into_iter()
-                .map(|id| crate::tape::TensorRecord {
-                    id,
-                    bytes: KIB,
-                    dtype: "F32".into(),
-                    shape: vec![256],
-                    role: TensorRole::Other,
-                    producer: None,
-                })
-                .collect(),
-            ..Default::default()
-        };
-        let plan = UsePlan::from_tape(&tape, None);
+        let ops = vec![op(vec![1, 2], vec![100]), op(vec![3], vec![101])];
+        let plan = UsePlan::from_tape(&tape_of(ops, &[1, 2, 3, 100, 101], &[]), None);
         let tensor: Arc<dyn Spillable> = Arc::new(Counted);
-        let engine = Arc::new(DeviceEngine::default());
         // Op 0 needs 3 KiB; the target before it is the budget less its 1 KiB output: 1 KiB.
-        let budget = 2 * KIB;
-        engine.limits.set(Limits {
-            budget: Some(budget),
-            high_water: budget,
-            policy: PolicyKind::NextUse,
-            prefetch_window: 0,
-            ..Limits::default()
-        });
-        engine
-            .plan_headroom
-            .store(plan.max_headroom() + 1, Ordering::Relaxed);
-        engine.plan.set(Some(Arc::new(plan)));
-        for (id, op, slot) in [(1, 0, 0), (2, 0, 1), (3, 1, 0)] {
-            engine.ledger().on_create(KIB, TensorRole::Other);
-            let key = KeyAt {
-                step: 0,
-                key: PlanKey::Input { op, slot },
-            };
-            let mut index = lock(&engine.index);
-            index.admit_output(id, KIB, id, || Arc::downgrade(&tensor), Some(key));
-        }
+        let engine = engine_with(limits(2 * KIB, 0, false), plan);
+        on_device(&engine, &tensor, &[(1, 0, 0), (2, 0, 1), (3, 1, 0)]);
         engine.settle();
         let tier = |id| lock(&engine.index).tier_of(id);
         assert_eq!(tier(3), Some(Tier::Host), "op 1 reads it: it goes");
@@ -524,46 +537,13 @@ mod tests {
     #[test]
     fn an_op_over_the_budget_by_itself_gets_its_spilled_input_prefetched() {
         // Op 0 reads 1 and 2 and makes 100 (2 KiB): 4 KiB in all. Op 1 reads 3.
-        let tape = StepTape {
-            ops: vec![op(vec![1, 2], vec![100]), op(vec![3], Vec::new())],
-            tensors: [1, 2, 3, 100]
-                .into_iter()
-                .map(|id| crate::tape::TensorRecord {
-                    id,
-                    bytes: if id == 100 { 2 * KIB } else { KIB },
-                    dtype: "F32".into(),
-                    shape: vec![256],
-                    role: TensorRole::Other,
-                    producer: None,
-                })
-                .collect(),
-            ..Default::default()
-        };
-        let plan = UsePlan::from_tape(&tape, None);
+        let ops = vec![op(vec![1, 2], vec![100]), op(vec![3], Vec::new())];
+        let plan = UsePlan::from_tape(&tape_of(ops, &[1, 2, 3, 100], &[(100, 2 * KIB)]), None);
         let issued = |budget: u64| {
             let tensor: Arc<dyn Spillable> = Arc::new(Counted);
-            let engine = Arc::new(DeviceEngine::default());
-            engine.limits.set(Limits {
-                budget: Some(budget),
-                high_water: budget,
-                policy: PolicyKind::NextUse,
-                prefetch_window: 4,
-                ..Limits::default()
-            });
-            engine
-                .plan_headroom
-                .store(plan.max_headroom() + 1, Ordering::Relaxed);
-            engine.plan.set(Some(Arc::new(plan.clone())));
+            let engine = engine_with(limits(budget, 4, false), plan.clone());
             // 1 on the device and 2 on the host, read by op 0, the next; 3 on the device.
-            for (id, op, slot) in [(1, 0, 0), (2, 0, 1), (3, 1, 0)] {
-                engine.ledger().on_create(KIB, TensorRole::Other);
-                let key = KeyAt {
-                    step: 0,
-                    key: PlanKey::Input { op, slot },
-                };
-                let mut index = lock(&engine.index);
-                index.admit_output(id, KIB, id, || Arc::downgrade(&tensor), Some(key));
-            }
+            on_device(&engine, &tensor, &[(1, 0, 0), (2, 0, 1), (3, 1, 0)]);
             Counted.evict(&engine);
             {
                 let mut index = lock(&engine.index);
