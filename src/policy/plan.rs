@@ -141,7 +141,7 @@ struct Growth {
 }
 
 /// The most positions [`UsePlan::headroom`] looks ahead.
-const MAX_HEADROOM_LOOKAHEAD: u32 = 64;
+pub const MAX_HEADROOM_LOOKAHEAD: u32 = 64;
 
 /// Maps a tape's op indices to positions: ops of the stepping thread get consecutive positions,
 /// the others none.
@@ -321,15 +321,22 @@ impl UsePlan {
         self.headroom_steps(now, lookahead).collect()
     }
 
-    fn headroom_steps(&self, now: u32, lookahead: u32) -> impl Iterator<Item = u64> + '_ {
+    /// [`headroom_curve`](Self::headroom_curve) as it is walked, without collecting it.
+    pub fn headroom_steps(&self, now: u32, lookahead: u32) -> impl Iterator<Item = u64> + '_ {
         let n = lookahead.clamp(1, MAX_HEADROOM_LOOKAHEAD) as usize;
         let len = self.growth.len();
         let (mut level, mut need) = (0i64, 0i64);
-        (0..n).map(move |k| {
+        // Wrapped by hand, not by a division per element: this runs after every op.
+        let mut at = if len == 0 { 0 } else { now as usize % len };
+        (0..n).map(move |_| {
             if len == 0 {
                 return 0;
             }
-            let g = self.growth[(now as usize + k) % len];
+            let g = self.growth[at];
+            at += 1;
+            if at == len {
+                at = 0;
+            }
             need = need.max(level + g.allocated as i64);
             level += g.allocated as i64 - g.freed as i64;
             need.max(0) as u64
