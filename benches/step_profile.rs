@@ -166,6 +166,14 @@ fn run<M: Model<Spilled> + Preset>(
         stats.stall_time.as_secs_f64() * 1e3 / steps as f64,
         stats.engine_time.as_secs_f64() * 1e3 / steps as f64,
     );
+    let rate = |m: &burn_spill::MoveStats| m.bytes as f64 / m.time.as_secs_f64().max(1e-12) / 1e9;
+    println!(
+        "moves: {} to the host at {:.2} GB/s, {} back at {:.2} GB/s (as the engine measures them)",
+        stats.device_to_host.count,
+        rate(&stats.device_to_host),
+        stats.host_to_device.count,
+        rate(&stats.host_to_device),
+    );
 }
 
 /// Runs `thousands` thousand 16x16 adds, each on two fresh inputs; the budget as for a model,
