@@ -210,6 +210,9 @@ struct Sim<'a> {
     /// How busy the link would be if every victim were moved, as the engine's step check
     /// finds it (what the drop decision weighs a move's link time by).
     link_utilization: f64,
+    /// The ops' average time, as the engine's step check measures it (what the settle weighs
+    /// the link's pace against).
+    mean_op_seconds: f64,
     out: Simulated,
 }
 
@@ -344,8 +347,20 @@ impl<'a> Sim<'a> {
             },
             drop_depth: HashMap::new(),
             link_utilization: 0.0,
+            mean_op_seconds: op_seconds.iter().sum::<f64>() / op_seconds.len().max(1) as f64,
             out: Simulated::default(),
         }
+    }
+
+    /// How many ops beyond the next one the settle after position `now` makes room for, as
+    /// the engine's `settle_point` decides it: from what prefetches took to land, and the
+    /// evictions' pace so far against the ops'.
+    fn settle_ops(&self, now: u32) -> u32 {
+        let pace = decide::Pace {
+            evict_seconds_per_byte: self.learnt.moves.to_host.seconds_per_byte(),
+            op_seconds: self.mean_op_seconds,
+        };
+        decide::settle_lookahead(self.plan, now, self.learnt.transfer_ops, pace)
     }
 
     fn size(&self, id: TensorId) -> u64 {
@@ -406,7 +421,7 @@ impl<'a> Sim<'a> {
         }
         sources.sort();
         let room = if self.planning() && self.settings.budget != u64::MAX {
-            decide::settle_target(self.settings.budget, self.plan, 0, self.learnt.transfer_ops)
+            decide::settle_target(self.settings.budget, self.plan, 0, self.settle_ops(0))
         } else {
             self.settings.budget
         };
@@ -1107,12 +1122,13 @@ impl<'a> Sim<'a> {
                 }
             }
         }
-        let target = decide::settle_target(budget, self.plan, now, self.learnt.transfer_ops);
+        let settle_ops = self.settle_ops(now);
+        let target = decide::settle_target(budget, self.plan, now, settle_ops);
         let committed = self.device - self.leaving;
         // Set off above the target, an eviction goes on to the next ops' room with tensors
         // used after them, as the engine's does (when it moves its victims).
         let ahead = (committed > target && !self.settings.recompute.may_drop())
-            .then(|| decide::settle_ahead(budget, self.plan, now, self.learnt.transfer_ops));
+            .then(|| decide::settle_ahead(budget, self.plan, now, settle_ops));
         if committed > target || room.is_some() {
             let settled = ahead.map_or(target, |(level, _)| level.min(target));
             let lowest = room.map_or(settled, |(level, _)| level.min(settled));

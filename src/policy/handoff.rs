@@ -15,12 +15,14 @@ pub(crate) const HANDOFF_COST: Duration = Duration::from_micros(20);
 /// Moves of a direction measured before their mean time is trusted.
 pub(crate) const MEASURED_MOVES: u64 = 16;
 
-/// The moves of one direction so far: how many, their bytes and their time.
+/// The moves of one direction so far: how many, their bytes and their time, and the fastest
+/// one's time (about the fixed cost of a move).
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub(crate) struct MoveHistory {
     pub count: u64,
     pub bytes: u64,
     pub time: Duration,
+    pub fastest: Option<Duration>,
 }
 
 impl MoveHistory {
@@ -29,6 +31,17 @@ impl MoveHistory {
         self.count += 1;
         self.bytes += bytes;
         self.time += took;
+        self.fastest = Some(self.fastest.map_or(took, |fastest| fastest.min(took)));
+    }
+
+    /// Seconds per byte beyond each move's fixed cost (taken as the fastest move's time): the
+    /// link's bandwidth without its latency, 0 before any move.
+    pub fn seconds_per_byte(&self) -> f64 {
+        if self.bytes == 0 {
+            return 0.0;
+        }
+        let fixed = self.fastest.unwrap_or_default().as_secs_f64() * self.count as f64;
+        (self.time.as_secs_f64() - fixed).max(0.0) / self.bytes as f64
     }
 }
 
@@ -59,7 +72,25 @@ mod tests {
             count,
             bytes,
             time: Duration::from_micros(micros),
+            fastest: None,
         }
+    }
+
+    #[test]
+    fn the_pace_per_byte_leaves_out_each_move_s_fixed_cost() {
+        let mut h = MoveHistory::default();
+        assert_eq!(h.seconds_per_byte(), 0.0);
+        // 1 KiB in 2 µs and 3 KiB in 4 µs: 1 µs a move is fixed, 4 µs carry 4 KiB.
+        h.add(1 << 10, Duration::from_micros(2));
+        h.add(3 << 10, Duration::from_micros(4));
+        assert_eq!(h.fastest, Some(Duration::from_micros(2)));
+        let per_kib = h.seconds_per_byte() * 1024.0;
+        assert!((per_kib - 0.5e-6).abs() < 1e-12, "{per_kib}");
+        // Moves that take the same time whatever their size (buffer handovers): no pace.
+        let mut handovers = MoveHistory::default();
+        handovers.add(1 << 10, Duration::from_micros(1));
+        handovers.add(64 << 10, Duration::from_micros(1));
+        assert_eq!(handovers.seconds_per_byte(), 0.0);
     }
 
     #[test]

@@ -5,7 +5,7 @@
 //! dry-run simulation ([`crate::plan`]) both call these, so that the simulation predicts what
 //! the engine does rather than what a copy of it would.
 
-use super::plan::{NextUse, UsePlan};
+use super::plan::{MAX_HEADROOM_LOOKAHEAD, NextUse, UsePlan};
 
 /// The largest lead a late tensor's prefetch trigger moves to, in ops beyond the window.
 pub const MAX_LEAD: u32 = 64;
@@ -99,6 +99,68 @@ pub fn settle_target(budget: u64, plan: &UsePlan, now: u32, transfer_ops: u32) -
     budget.saturating_sub(plan.headroom(now, 1 + transfer_ops))
 }
 
+/// How fast the device's victims leave against how fast its ops run: what
+/// [`settle_lookahead`] weighs.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Pace {
+    /// Seconds one byte of eviction takes beyond each move's fixed cost, as moves so far took
+    /// (0 before any; see `MoveHistory::seconds_per_byte`).
+    pub evict_seconds_per_byte: f64,
+    /// Seconds an op of the recorded step computes, on average (0 before one is recorded).
+    pub op_seconds: f64,
+}
+
+/// How many ops beyond the next one the settle after position `now` makes room for (the
+/// `transfer_ops` that [`settle_target`] and [`settle_ahead`] take): as many as a prefetch
+/// takes to land (`transfer_ops`, learnt), and further while the link is the slower side.
+///
+/// Room made just in time holds when the victims leave faster than the ops grow the device.
+/// Where a stretch of ops needs more room than the link can empty while the ops before it run
+/// (a forward pass whose activations outgrow a PCIe link), each op waits for its own
+/// evictions, queued behind the ones before. Room for op `k` ahead is then made now: the bytes
+/// the ops up to it add, at the measured eviction pace, take longer than the `k` ops before
+/// it compute. Those moves spread over the ops that run while the link would be idle. On a
+/// link fast against the ops (a CPU backend, whose moves are buffer handovers) no op
+/// qualifies, and the settle stays just in time (Belady's MIN, which evicts only when an op
+/// needs the room). Looks at most [`MAX_HEADROOM_LOOKAHEAD`] ops ahead, the plan's horizon.
+///
+/// The pace is per byte, without the moves' fixed cost: counted per byte, a latency makes a
+/// stretch of small tensors look as slow to empty as one of tensors many times their size, and
+/// the dry run then had small models (the `policies` bench's CNN and Transformer on
+/// `h200-pcie5`) make room 64 ops ahead and lose up to 59 points of step time.
+pub fn settle_lookahead(plan: &UsePlan, now: u32, transfer_ops: u32, pace: Pace) -> u32 {
+    transfer_ops.max(link_lookahead(plan, now, pace))
+}
+
+/// The furthest op `k` ahead (0 when none) that needs more room than the ops before it, room
+/// that cannot be made in time from its own settle (see [`settle_lookahead`]).
+fn link_lookahead(plan: &UsePlan, now: u32, pace: Pace) -> u32 {
+    let Pace {
+        evict_seconds_per_byte: per_byte,
+        op_seconds,
+    } = pace;
+    if !(per_byte > 0.0 && op_seconds > 0.0) {
+        return 0;
+    }
+    // No stretch needs more than the plan's largest headroom: ops further than that takes to
+    // evict are never behind, so the walk stops there (most ops of a CPU backend walk none).
+    let horizon = plan.max_headroom() as f64 * per_byte / op_seconds;
+    if horizon <= 1.0 {
+        return 0;
+    }
+    // The op at `horizon` itself is not behind; truncated, one past it (no libm call per op).
+    let walk = (horizon as u32 + 1).min(MAX_HEADROOM_LOOKAHEAD);
+    let (mut furthest, mut before) = (0, 0);
+    for (k, need) in plan.headroom_steps(now, walk).enumerate() {
+        // An op that needs no more than the ones before it is covered by their room.
+        if k > 0 && need > before && need as f64 * per_byte > k as f64 * op_seconds {
+            furthest = k as u32;
+        }
+        before = need;
+    }
+    furthest
+}
+
 /// How many ops beyond [`settle_target`]'s an eviction pass that runs anyway also makes room
 /// for (see [`settle_ahead`]).
 pub const SETTLE_AHEAD_OPS: u32 = 8;
@@ -176,6 +238,40 @@ mod tests {
         assert!(use_fits(&plan, 2 * KIB, 0, 1));
         // One op on from the last is the next step's first.
         assert!(!use_fits(&plan, 2 * KIB, 1, 1));
+    }
+
+    #[test]
+    fn the_settle_looks_as_far_ahead_as_the_link_falls_behind_the_ops() {
+        const KIB: u64 = 1024;
+        const MS: f64 = 1e-3;
+        // Ops 0-5 each make a 1 KiB tensor that op 6 reads and frees: op k's room is k + 1
+        // KiB, and 6 KiB from op 5 on, into the next step.
+        let made: Vec<u64> = (10..16).collect();
+        let mut ops: Vec<(&str, &[u64], &[u64])> = made
+            .iter()
+            .map(|id| ("float_exp", &[][..], std::slice::from_ref(id)))
+            .collect();
+        ops.push(("float_sum", &made, &[]));
+        let sizes: Vec<(u64, u64)> = made.iter().map(|&id| (id, KIB)).collect();
+        let drops: Vec<(u64, u32)> = made.iter().map(|&id| (id, 7)).collect();
+        let plan = UsePlan::from_tape(&crate::plan::tests::tape(&ops, &sizes, &drops), None);
+        let pace = |evict_ms_per_kib: f64, op_ms: f64| Pace {
+            evict_seconds_per_byte: evict_ms_per_kib * MS / KIB as f64,
+            op_seconds: op_ms * MS,
+        };
+        // Nothing measured yet: as far as a prefetch takes to land.
+        assert_eq!(settle_lookahead(&plan, 0, 0, Pace::default()), 0);
+        assert_eq!(settle_lookahead(&plan, 0, 3, Pace::default()), 3);
+        // A link ten times faster than the ops grow the device: just in time.
+        assert_eq!(settle_lookahead(&plan, 0, 0, pace(0.1, 1.0)), 0);
+        // A KiB leaves in 1 ms and an op takes 1.5: op 1's 2 KiB take 2 ms, longer than op
+        // 0's 1.5; op 2's 3 KiB take 3 ms, as long as ops 0 and 1 run.
+        assert_eq!(settle_lookahead(&plan, 0, 0, pace(1.0, 1.5)), 1);
+        // A prefetch that takes longer to land still sets it.
+        assert_eq!(settle_lookahead(&plan, 0, 3, pace(1.0, 1.5)), 3);
+        // A link slower than every op: every op's room up to op 5, the last that grows the
+        // device (op 6 frees it all; the next step's ops grow it less than that).
+        assert_eq!(settle_lookahead(&plan, 0, 0, pace(2.0, 1.0)), 5);
     }
 
     #[test]

@@ -169,6 +169,10 @@ pub struct DeviceEngine {
     /// How busy the link would be over the last checked step if every victim were moved (an
     /// `f64`'s bits): what the drop decision weighs a move's link time by.
     link_utilization: AtomicU64,
+    /// The average op time of the last checked step (an `f64`'s seconds, as bits), timed as
+    /// rebuilds are: how fast the ops grow the device, against which the settle weighs how
+    /// fast the link empties it (see `policy::prefetch::settle_lookahead`).
+    op_seconds: AtomicU64,
     /// The inner backend's device queues, installed by the adapter on first use.
     queues: OnceLock<Arc<dyn DeviceQueues>>,
     /// The inner allocator's figures and cleanups.

@@ -173,6 +173,7 @@ impl DeviceEngine {
             count: moves.count,
             bytes: moves.bytes,
             time: moves.time,
+            fastest: moves.fastest,
         };
         handoff::cheaper_on_op_thread(history, bytes, self.transfers.handoff_latency())
     }
@@ -263,10 +264,12 @@ impl DeviceEngine {
     pub(super) fn settle_point(&self, limits: &Limits) -> SettlePoint {
         let planned = match (limits.budget, self.plan()) {
             (Some(budget), Some(plan)) if limits.planning() => {
-                // As far ahead as a move takes to land: an eviction for an op further away
-                // can still run after this one, when it is known to be needed.
+                // As far ahead as a move takes to land, or as the link falls behind the ops:
+                // an eviction for an op further away can still run after this one, when it
+                // is known to be needed.
                 let (step, now) = self.recorder.position();
                 let transfer_ops = self.transfer_ops.load(Ordering::Relaxed);
+                let transfer_ops = decide::settle_lookahead(&plan, now, transfer_ops, self.pace());
                 let target = decide::settle_target(budget, &plan, now, transfer_ops);
                 // Looked for only when an eviction runs (most ops under a budget run none), and
                 // only on a device that moves its victims (see `settle_ahead`).
@@ -294,6 +297,21 @@ impl DeviceEngine {
                 target: limits.low_water,
                 ahead: None,
             },
+        }
+    }
+
+    /// How fast victims have left the device, and how fast the last checked step's ops ran.
+    pub(super) fn pace(&self) -> decide::Pace {
+        let evictions = self.ledger.moves(Direction::DeviceToHost);
+        let history = MoveHistory {
+            count: evictions.count,
+            bytes: evictions.bytes,
+            time: evictions.time,
+            fastest: evictions.fastest,
+        };
+        decide::Pace {
+            evict_seconds_per_byte: history.seconds_per_byte(),
+            op_seconds: f64::from_bits(self.op_seconds.load(Ordering::Relaxed)),
         }
     }
 
@@ -585,6 +603,53 @@ mod tests {
             .count();
         assert_eq!(away, 1, "the target asks for one");
         assert_eq!(engine.device_committed(), 4 * KIB);
+    }
+
+    /// Where the link empties the device slower than the ops grow it, the settle makes the
+    /// room of the ops it would fall behind for now: their evictions spread over the ops
+    /// before them instead of each op waiting for its own.
+    #[test]
+    fn a_settle_makes_room_ahead_for_the_ops_a_slow_link_would_fall_behind() {
+        let evicted_by_settle = |fixed: Duration, evict_per_kib: Duration| {
+            let tensor: Arc<dyn Spillable> = Arc::new(Counted);
+            let engine = engine_before_op_0(false, &tensor);
+            // A device that drops its victims makes no room beyond the target's (see the test
+            // above), so what leaves is what the target asks for.
+            let limits = engine.limits();
+            engine.limits.set(Limits {
+                recompute: crate::policy::RecomputeMode::Recompute,
+                ..limits
+            });
+            // Moves measured at `fixed` each plus `evict_per_kib` (a 4-byte one tells the
+            // fixed cost; each pair leaves the ledger's tiers as they were), and the recorded
+            // step's ops at 1.5 ms each.
+            let moves = [(4, fixed)]
+                .into_iter()
+                .chain([(KIB, fixed + evict_per_kib); 4]);
+            for (bytes, took) in moves {
+                let ledger = engine.ledger();
+                ledger.on_move(Direction::DeviceToHost, bytes, TensorRole::Other, took);
+                ledger.on_move(Direction::HostToDevice, bytes, TensorRole::Other, took);
+            }
+            engine
+                .op_seconds
+                .store(1.5e-3f64.to_bits(), Ordering::Relaxed);
+            engine.settle();
+            let index = lock(&engine.index);
+            (1..=5)
+                .filter(|&id| index.tier_of(id) == Some(Tier::Host))
+                .count()
+        };
+        // Ops 0-10 each grow the device by 1 KiB. At 0.1 ms a KiB the link keeps up: op 0's
+        // room only (the target is the budget less 1 KiB).
+        let micros = Duration::from_micros;
+        assert_eq!(evicted_by_settle(micros(10), micros(100)), 1);
+        // At 1 ms a KiB, op 1's 2 KiB take 2 ms to leave, more than op 0's 1.5 ms: its room
+        // too. Op 2's 3 KiB take as long as ops 0 and 1 run: left to its own settle.
+        assert_eq!(evicted_by_settle(micros(10), micros(1000)), 2);
+        // Moves that take 2 ms whatever their size: a fixed cost per move, not a pace per
+        // byte, so no stretch of ops outgrows the link by its bytes.
+        assert_eq!(evicted_by_settle(micros(2000), Duration::ZERO), 1);
     }
 
     #[test]

@@ -222,6 +222,9 @@ impl DeviceEngine {
         }
         *lock(&self.windows) = (windows.len() as u32, saturated);
         let compute_seconds = limits.rebuild_times.compute_seconds(tape);
+        let op_seconds = compute_seconds / tape.ops.len().max(1) as f64;
+        self.op_seconds
+            .store(op_seconds.to_bits(), Ordering::Relaxed);
         let utilization = crate::policy::windows::link_utilization(
             &replay,
             compute_seconds,
@@ -312,5 +315,30 @@ mod tests {
         );
         assert_eq!(p.due_with_lead(NextUse::Never, 3), None);
         assert_eq!(p.due_with_lead(next, 0), p.due_of(next));
+    }
+
+    /// The settle weighs the link against the checked step's ops, timed as rebuilds are.
+    #[test]
+    fn the_step_check_learns_how_long_an_op_takes() {
+        let engine = DeviceEngine::default();
+        engine.limits.set(Limits {
+            budget: Some(1 << 20),
+            ..Limits::default()
+        });
+        assert_eq!(engine.pace().op_seconds, 0.0, "no step checked yet");
+        let op = |duration_ns| OpRecord {
+            name: "op".into(),
+            inputs: Vec::new(),
+            outputs: Vec::new(),
+            start_ns: 0,
+            duration_ns,
+            thread: 1,
+        };
+        let tape = StepTape {
+            ops: vec![op(1_000), op(3_000)],
+            ..Default::default()
+        };
+        engine.check_windows(&tape);
+        assert!((engine.pace().op_seconds - 2e-6).abs() < 1e-12);
     }
 }
