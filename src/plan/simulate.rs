@@ -1184,6 +1184,59 @@ mod tests {
     use super::*;
     use crate::plan::tests::{slow_device, tape};
 
+    /// The dry run makes room ahead for the ops a slow link would fall behind for as the
+    /// engine's settle does: from the moves it simulated (their pace per byte, without each
+    /// move's fixed cost) against the ops' mean time.
+    #[test]
+    fn the_settle_looks_ahead_from_the_simulated_moves_as_the_engine_does() {
+        const KIB: u64 = 1024;
+        // Ops 0-5 each make a 1 KiB tensor that op 6 reads and frees.
+        let made: Vec<u64> = (10..16).collect();
+        let mut ops: Vec<(&str, &[u64], &[u64])> = made
+            .iter()
+            .map(|id| ("float_exp", &[][..], std::slice::from_ref(id)))
+            .collect();
+        ops.push(("float_sum", &made, &[]));
+        let sizes: Vec<(u64, u64)> = made.iter().map(|&id| (id, KIB)).collect();
+        let drops: Vec<(u64, u32)> = made.iter().map(|&id| (id, 7)).collect();
+        let t = tape(&ops, &sizes, &drops);
+        let profile = slow_device();
+        let plan = carry::repeating_plan(&t, &carry::pairs(&t));
+        let (op_seconds, gaps) = (vec![1.5e-3; ops.len()], (vec![0.0; ops.len()], 0.0));
+        let settings = Settings {
+            budget: 4 * KIB,
+            host_limit: None,
+            policy: PolicyKind::NextUse,
+            prefetch_window: 0,
+            asynchronous: false,
+            recompute: RecomputeMode::Swap,
+        };
+        let settle_ops = |to_host: MoveHistory| {
+            let learnt = Learnt {
+                moves: Moves {
+                    to_host,
+                    ..Moves::default()
+                },
+                ..Learnt::default()
+            };
+            let sim = Sim::new(&t, &profile, &plan, &op_seconds, &gaps, settings, learnt);
+            sim.settle_ops(0)
+        };
+        let at_per_kib = |micros: u64| {
+            let mut history = MoveHistory::default();
+            // A 4-byte move tells the fixed cost (10 µs), then 1 KiB ones.
+            history.add(4, std::time::Duration::from_micros(10));
+            for _ in 0..4 {
+                history.add(KIB, std::time::Duration::from_micros(10 + micros));
+            }
+            history
+        };
+        assert_eq!(settle_ops(MoveHistory::default()), 0, "no move yet");
+        assert_eq!(settle_ops(at_per_kib(100)), 0, "the link keeps up");
+        // A KiB leaves in 1 ms and an op takes 1.5: op 1's room is made with op 0's.
+        assert_eq!(settle_ops(at_per_kib(1000)), 1);
+    }
+
     /// An eviction that the settle target sets off goes on to the room the next ops need,
     /// taking only tensors used after them: the engine's `settle_ahead`, one pass for several
     /// ops' growth. A device that drops its victims makes only the next op's room, as the
