@@ -1182,7 +1182,7 @@ impl<'a> Sim<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::plan::tests::{slow_device, tape};
+    use crate::plan::tests::{growing_tape, slow_device, tape};
 
     /// The dry run makes room ahead for the ops a slow link would fall behind for as the
     /// engine's settle does: from the moves it simulated (their pace per byte, without each
@@ -1190,19 +1190,12 @@ mod tests {
     #[test]
     fn the_settle_looks_ahead_from_the_simulated_moves_as_the_engine_does() {
         const KIB: u64 = 1024;
-        // Ops 0-5 each make a 1 KiB tensor that op 6 reads and frees.
-        let made: Vec<u64> = (10..16).collect();
-        let mut ops: Vec<(&str, &[u64], &[u64])> = made
-            .iter()
-            .map(|id| ("float_exp", &[][..], std::slice::from_ref(id)))
-            .collect();
-        ops.push(("float_sum", &made, &[]));
-        let sizes: Vec<(u64, u64)> = made.iter().map(|&id| (id, KIB)).collect();
-        let drops: Vec<(u64, u32)> = made.iter().map(|&id| (id, 7)).collect();
-        let t = tape(&ops, &sizes, &drops);
+        // Ops 0-5 each grow the device by 1 KiB.
+        let t = growing_tape();
         let profile = slow_device();
         let plan = carry::repeating_plan(&t, &carry::pairs(&t));
-        let (op_seconds, gaps) = (vec![1.5e-3; ops.len()], (vec![0.0; ops.len()], 0.0));
+        let ops = t.ops.len();
+        let (op_seconds, gaps) = (vec![1.5e-3; ops], (vec![0.0; ops], 0.0));
         let settings = Settings {
             budget: 4 * KIB,
             host_limit: None,

@@ -52,6 +52,21 @@ pub(crate) fn tape(
     }
 }
 
+/// A step whose ops 0-5 each make a 1 KiB tensor that op 6 reads and frees: op k's room is
+/// k + 1 KiB, and 6 KiB from op 5 on, into the next step.
+pub(crate) fn growing_tape() -> StepTape {
+    const KIB: u64 = 1024;
+    let made: Vec<u64> = (10..16).collect();
+    let mut ops: Vec<(&str, &[u64], &[u64])> = made
+        .iter()
+        .map(|id| ("float_exp", &[][..], std::slice::from_ref(id)))
+        .collect();
+    ops.push(("float_sum", &made, &[]));
+    let sizes: Vec<(u64, u64)> = made.iter().map(|&id| (id, KIB)).collect();
+    let drops: Vec<(u64, u32)> = made.iter().map(|&id| (id, 7)).collect();
+    tape(&ops, &sizes, &drops)
+}
+
 /// A device whose figures make times easy: 1 GB/s memory, a 1 GB/s link each way, no fixed
 /// costs.
 pub(super) fn slow_device() -> DeviceProfile {

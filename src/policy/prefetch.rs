@@ -149,7 +149,9 @@ fn link_lookahead(plan: &UsePlan, now: u32, pace: Pace) -> u32 {
         return 0;
     }
     // The op at `horizon` itself is not behind; truncated, one past it (no libm call per op).
-    let walk = (horizon as u32 + 1).min(MAX_HEADROOM_LOOKAHEAD);
+    let walk = (horizon as u32)
+        .saturating_add(1)
+        .min(MAX_HEADROOM_LOOKAHEAD);
     let (mut furthest, mut before) = (0, 0);
     for (k, need) in plan.headroom_steps(now, walk).enumerate() {
         // An op that needs no more than the ones before it is covered by their room.
@@ -244,17 +246,8 @@ mod tests {
     fn the_settle_looks_as_far_ahead_as_the_link_falls_behind_the_ops() {
         const KIB: u64 = 1024;
         const MS: f64 = 1e-3;
-        // Ops 0-5 each make a 1 KiB tensor that op 6 reads and frees: op k's room is k + 1
-        // KiB, and 6 KiB from op 5 on, into the next step.
-        let made: Vec<u64> = (10..16).collect();
-        let mut ops: Vec<(&str, &[u64], &[u64])> = made
-            .iter()
-            .map(|id| ("float_exp", &[][..], std::slice::from_ref(id)))
-            .collect();
-        ops.push(("float_sum", &made, &[]));
-        let sizes: Vec<(u64, u64)> = made.iter().map(|&id| (id, KIB)).collect();
-        let drops: Vec<(u64, u32)> = made.iter().map(|&id| (id, 7)).collect();
-        let plan = UsePlan::from_tape(&crate::plan::tests::tape(&ops, &sizes, &drops), None);
+        // Op k's room is k + 1 KiB, and 6 KiB from op 5 on, into the next step.
+        let plan = UsePlan::from_tape(&crate::plan::tests::growing_tape(), None);
         let pace = |evict_ms_per_kib: f64, op_ms: f64| Pace {
             evict_seconds_per_byte: evict_ms_per_kib * MS / KIB as f64,
             op_seconds: op_ms * MS,
@@ -272,6 +265,12 @@ mod tests {
         // A link slower than every op: every op's room up to op 5, the last that grows the
         // device (op 6 frees it all; the next step's ops grow it less than that).
         assert_eq!(settle_lookahead(&plan, 0, 0, pace(2.0, 1.0)), 5);
+        // Ops timed at next to nothing: the walk still stops at the plan's horizon.
+        let instant_ops = Pace {
+            evict_seconds_per_byte: 1.0,
+            op_seconds: f64::MIN_POSITIVE,
+        };
+        assert_eq!(settle_lookahead(&plan, 0, 0, instant_ops), 5);
     }
 
     #[test]

@@ -586,15 +586,20 @@ mod tests {
         assert_settled_ahead(&engine);
     }
 
-    #[test]
-    fn a_device_that_drops_its_victims_makes_only_the_next_ops_room() {
-        let tensor: Arc<dyn Spillable> = Arc::new(Counted);
-        let engine = engine_before_op_0(false, &tensor);
+    /// Has `engine` drop its victims to be rebuilt rather than move them.
+    fn dropping(engine: &DeviceEngine) {
         let limits = engine.limits();
         engine.limits.set(Limits {
             recompute: crate::policy::RecomputeMode::Recompute,
             ..limits
         });
+    }
+
+    #[test]
+    fn a_device_that_drops_its_victims_makes_only_the_next_ops_room() {
+        let tensor: Arc<dyn Spillable> = Arc::new(Counted);
+        let engine = engine_before_op_0(false, &tensor);
+        dropping(&engine);
         engine.settle();
         let index = lock(&engine.index);
         let away = [2, 3, 4, 5]
@@ -615,11 +620,7 @@ mod tests {
             let engine = engine_before_op_0(false, &tensor);
             // A device that drops its victims makes no room beyond the target's (see the test
             // above), so what leaves is what the target asks for.
-            let limits = engine.limits();
-            engine.limits.set(Limits {
-                recompute: crate::policy::RecomputeMode::Recompute,
-                ..limits
-            });
+            dropping(&engine);
             // Moves measured at `fixed` each plus `evict_per_kib` (a 4-byte one tells the
             // fixed cost; each pair leaves the ledger's tiers as they were), and the recorded
             // step's ops at 1.5 ms each.
