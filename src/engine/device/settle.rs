@@ -168,14 +168,19 @@ impl DeviceEngine {
     /// more than a small copy on a CPU backend (where a restore is a buffer handover). The
     /// decision is [`handoff::cheaper_on_op_thread`] over this direction's measured moves.
     pub(super) fn cheaper_here(&self, direction: Direction, bytes: u64) -> bool {
+        let history = self.move_history(direction);
+        handoff::cheaper_on_op_thread(history, bytes, self.transfers.handoff_latency())
+    }
+
+    /// The ledger's moves in `direction`, as the policy's decisions read them.
+    fn move_history(&self, direction: Direction) -> MoveHistory {
         let moves = self.ledger.moves(direction);
-        let history = MoveHistory {
+        MoveHistory {
             count: moves.count,
             bytes: moves.bytes,
             time: moves.time,
             fastest: moves.fastest,
-        };
-        handoff::cheaper_on_op_thread(history, bytes, self.transfers.handoff_latency())
+        }
     }
 
     /// Has the I/O worker move the host tier's overflow to disk, unless it is queued already.
@@ -302,15 +307,10 @@ impl DeviceEngine {
 
     /// How fast victims have left the device, and how fast the last checked step's ops ran.
     pub(super) fn pace(&self) -> decide::Pace {
-        let evictions = self.ledger.moves(Direction::DeviceToHost);
-        let history = MoveHistory {
-            count: evictions.count,
-            bytes: evictions.bytes,
-            time: evictions.time,
-            fastest: evictions.fastest,
-        };
         decide::Pace {
-            evict_seconds_per_byte: history.seconds_per_byte(),
+            evict_seconds_per_byte: self
+                .move_history(Direction::DeviceToHost)
+                .seconds_per_byte(),
             op_seconds: f64::from_bits(self.op_seconds.load(Ordering::Relaxed)),
         }
     }
