@@ -94,6 +94,8 @@ struct Entry {
     stamp: u64,
     /// Dropped from the device, to be rebuilt when next used: in no tier's queue until then.
     dropped: bool,
+    /// While dropped: the absolute position of the use that rebuilds it, if the plan knows it.
+    rebuild_at: Option<u64>,
     /// Its next use as the last victim pass looked it up (see [`NextUseMemo`]).
     next_use: Option<NextUseMemo>,
 }
@@ -112,6 +114,7 @@ impl Entry {
             due: None,
             stamp: 0,
             dropped: false,
+            rebuild_at: None,
             next_use: None,
         }
     }
@@ -189,6 +192,9 @@ pub(crate) struct Index {
     /// (due, id) of spilled tensors whose next use is known: what the prefetcher reads, so
     /// that it looks at the few tensors due soon rather than at every spilled one.
     due: BTreeSet<(u64, TensorId)>,
+    /// (rebuild position, id) of dropped tensors whose next use is known: the settle keeps
+    /// room for those rebuilt within its reach.
+    rebuilds: BTreeSet<(u64, TensorId)>,
     /// Output bytes learnt per op signature (see `DeviceEngine::begin_op`). Not the index's
     /// own job, but every op that reads the index reads these too: one lock, not two.
     output_sizes: FastMap<u64, u64>,
@@ -374,12 +380,31 @@ impl Index {
         }
     }
 
-    /// Marks a tensor dropped from the device (to be rebuilt): no tier offers it as a victim
-    /// until it arrives again.
-    pub fn mark_dropped(&mut self, id: TensorId) {
-        if let Some(entry) = self.entries.get_mut(&id) {
-            entry.dropped = true;
+    /// Marks a tensor dropped from the device (to be rebuilt by the use at absolute position
+    /// `rebuild_at`, if known): no tier offers it as a victim until it arrives again.
+    pub fn mark_dropped(&mut self, id: TensorId, rebuild_at: Option<u64>) {
+        let Some(entry) = self.entries.get_mut(&id) else {
+            return;
+        };
+        entry.dropped = true;
+        if let Some(old) = std::mem::replace(&mut entry.rebuild_at, rebuild_at) {
+            self.rebuilds.remove(&(old, id));
         }
+        if let Some(at) = rebuild_at {
+            self.rebuilds.insert((at, id));
+        }
+    }
+
+    /// Bytes of the dropped tensors to be rebuilt at absolute positions `from` to `until`,
+    /// both included.
+    pub fn rebuild_bytes_between(&self, from: u64, until: u64) -> u64 {
+        if self.rebuilds.is_empty() || until < from {
+            return 0;
+        }
+        self.rebuilds
+            .range((from, TensorId::MIN)..=(until, TensorId::MAX))
+            .filter_map(|(_, id)| self.entries.get(id).map(|e| e.bytes))
+            .sum()
     }
 
     pub fn set_tier(&mut self, id: TensorId, tier: Tier) {
@@ -388,6 +413,9 @@ impl Index {
         };
         entry.tier = tier;
         entry.dropped = false;
+        if let Some(at) = entry.rebuild_at.take() {
+            self.rebuilds.remove(&(at, id));
+        }
         if tier == Tier::Device
             && let Some(due) = entry.due.take()
         {
@@ -469,6 +497,9 @@ impl Index {
         };
         if let Some(due) = entry.due {
             self.due.remove(&(due, id));
+        }
+        if let Some(at) = entry.rebuild_at {
+            self.rebuilds.remove(&(at, id));
         }
     }
 
@@ -736,6 +767,38 @@ pub(crate) mod tests {
             due(&index, u64::MAX - 1).is_empty(),
             "a tensor on the device is not due"
         );
+    }
+
+    #[test]
+    fn dropped_tensors_count_by_where_they_are_rebuilt_until_they_are_back_or_gone() {
+        let alive: Arc<dyn Spillable> = Arc::new(Fake);
+        let mut index = Index::default();
+        for (id, bytes) in [(1, 10), (2, 20), (3, 40), (4, 80)] {
+            index.admit_output(id, bytes, 0, || Arc::downgrade(&alive), None);
+        }
+        index.mark_dropped(1, Some(5));
+        index.mark_dropped(2, Some(7));
+        index.mark_dropped(3, Some(9));
+        index.mark_dropped(4, None);
+        assert_eq!(index.rebuild_bytes_between(5, 7), 30, "both ends included");
+        assert_eq!(index.rebuild_bytes_between(6, 100), 60);
+        assert_eq!(index.rebuild_bytes_between(7, 6), 0);
+        index.mark_dropped(3, Some(6));
+        assert_eq!(index.rebuild_bytes_between(8, 9), 0, "moved from 9");
+        assert_eq!(index.rebuild_bytes_between(6, 6), 40);
+        index.set_tier(2, Tier::Device);
+        assert_eq!(
+            index.rebuild_bytes_between(0, 100),
+            50,
+            "rebuilt: back on the device"
+        );
+        index.remove(1);
+        assert_eq!(
+            index.rebuild_bytes_between(0, 100),
+            40,
+            "its last handle gone"
+        );
+        assert_eq!(index.rebuilds.len(), 1);
     }
 
     #[test]

@@ -363,6 +363,18 @@ impl<'a> Sim<'a> {
         decide::settle_lookahead(self.plan, now, self.learnt.transfer_ops, pace)
     }
 
+    /// Bytes of the dropped tensors rebuilt within [`decide::rebuild_reach`] of position `now`,
+    /// as the engine's settle counts them.
+    fn rebuild_room(&self, now: u32, transfer_ops: u32) -> u64 {
+        let reach = decide::rebuild_reach(transfer_ops);
+        self.place
+            .iter()
+            .filter(|(_, place)| matches!(place, Place::Dropped))
+            .filter(|(id, _)| matches!(self.next_use(**id, now), NextUse::In(d) if d <= reach))
+            .map(|(id, _)| self.size(*id))
+            .sum()
+    }
+
     fn size(&self, id: TensorId) -> u64 {
         self.sizes.get(&id).copied().unwrap_or(0)
     }
@@ -1123,7 +1135,10 @@ impl<'a> Sim<'a> {
             }
         }
         let settle_ops = self.settle_ops(now);
-        let target = decide::settle_target(budget, self.plan, now, settle_ops);
+        let mut target = decide::settle_target(budget, self.plan, now, settle_ops);
+        if self.settings.recompute.may_drop() {
+            target = target.saturating_sub(self.rebuild_room(now, settle_ops));
+        }
         let committed = self.device - self.leaving;
         // Set off above the target, an eviction goes on to the next ops' room with tensors
         // used after them, as the engine's does (when it moves its victims).

@@ -230,7 +230,8 @@ impl DeviceEngine {
             let mut wasted = Vec::new();
             for id in dropped {
                 wasted.extend(index.take_unread_prefetch(id));
-                index.mark_dropped(id);
+                let rebuild_at = drops.as_ref().and_then(|d| d.rebuild_at(index.key_of(id)));
+                index.mark_dropped(id, rebuild_at);
             }
             for (id, tier) in moved {
                 wasted.extend(index.take_unread_prefetch(id));

@@ -10,10 +10,11 @@ use crate::engine::ledger::Direction;
 use crate::engine::slot::Tier;
 use crate::engine::transfer::on_worker;
 use crate::policy::PolicyKind;
-use crate::policy::plan::{NextUse, UsePlan};
+use crate::policy::plan::{KeyAt, NextUse, UsePlan};
 use crate::policy::recompute::{self, OnOpThread, Rebuild, RebuildTimes, RecomputeMode, Victim};
 use crate::policy::victim::Bandwidth;
 
+use super::step::Placement;
 use super::{DeviceEngine, Limits, lock};
 
 /// What one eviction pass needs to decide drops: read once per pass.
@@ -33,6 +34,18 @@ pub(super) struct DropContext {
 }
 
 impl DropContext {
+    /// The absolute position (see [`crate::engine::index::absolute`]) of the use that rebuilds
+    /// a tensor keyed `key` if it is dropped now, when the plan knows it.
+    pub(super) fn rebuild_at(&self, key: Option<KeyAt>) -> Option<u64> {
+        let next = self.plan.next_use(key?, self.step, self.now);
+        let placement = Placement {
+            plan: self.plan.clone(),
+            step: self.step,
+            now: self.now,
+        };
+        placement.due_of(next)
+    }
+
     /// Whether victims are ranked by the cheaper of a move and a rebuild (`both` under
     /// `cost_aware`, on a busy link: see [`recompute::ranks_by_rebuild`]).
     pub(super) fn weighs_rebuilds(&self) -> bool {

@@ -8,6 +8,7 @@ use crate::engine::ledger::Direction;
 use crate::engine::slot::Tier;
 use crate::engine::transfer::{Job, Lane};
 use crate::policy::handoff::{self, MoveHistory};
+use crate::policy::plan::UsePlan;
 use crate::policy::prefetch as decide;
 use crate::policy::victim::Takes;
 
@@ -275,7 +276,11 @@ impl DeviceEngine {
                 let (step, now) = self.recorder.position();
                 let transfer_ops = self.transfer_ops.load(Ordering::Relaxed);
                 let transfer_ops = decide::settle_lookahead(&plan, now, transfer_ops, self.pace());
-                let target = decide::settle_target(budget, &plan, now, transfer_ops);
+                let mut target = decide::settle_target(budget, &plan, now, transfer_ops);
+                if limits.recompute.may_drop() {
+                    target =
+                        target.saturating_sub(self.rebuild_room(&plan, step, now, transfer_ops));
+                }
                 // Looked for only when an eviction runs (most ops under a budget run none), and
                 // only on a device that moves its victims (see `settle_ahead`).
                 let ahead = (!limits.recompute.may_drop() && self.device_committed() > target)
@@ -333,6 +338,21 @@ impl DeviceEngine {
             return;
         }
         self.settle_at(&limits, self.settle_point(&limits));
+    }
+
+    /// Bytes of the dropped tensors rebuilt within [`decide::rebuild_reach`] of position `now`:
+    /// room the settle keeps beside the ops' own.
+    fn rebuild_room(&self, plan: &Arc<UsePlan>, step: u64, now: u32, transfer_ops: u32) -> u64 {
+        let placement = Placement {
+            plan: plan.clone(),
+            step,
+            now,
+        };
+        let (from, until) = (
+            placement.absolute(0),
+            placement.absolute(decide::rebuild_reach(transfer_ops)),
+        );
+        lock(&self.index).rebuild_bytes_between(from, until)
     }
 
     /// Evicts down to `point`'s target, and on to its `ahead` level with the tensors that
@@ -608,6 +628,42 @@ mod tests {
             .count();
         assert_eq!(away, 1, "the target asks for one");
         assert_eq!(engine.device_committed(), 4 * KIB);
+    }
+
+    /// A tensor dropped to be rebuilt comes back at its op with no prefetch to make room for
+    /// it: the settle keeps that room too once the op is within its reach, as it keeps the
+    /// room of the ops' outputs.
+    #[test]
+    fn a_settle_keeps_room_for_the_rebuilds_of_the_next_ops() {
+        let left_after_settle = |rebuilt_at: u32| {
+            let tensor: Arc<dyn Spillable> = Arc::new(Counted);
+            let engine = engine_before_op_0(false, &tensor);
+            dropping(&engine);
+            // Tensor 6 (1 KiB) was dropped: its bytes are on no tier until op `rebuilt_at`.
+            {
+                let mut index = lock(&engine.index);
+                index.admit_output(6, KIB, 6, || Arc::downgrade(&tensor), None);
+                index.mark_dropped(6, Some(crate::engine::index::absolute(0, rebuilt_at)));
+            }
+            engine.settle();
+            let index = lock(&engine.index);
+            (1..=5)
+                .filter(|&id| index.tier_of(id) == Some(Tier::Host))
+                .count()
+        };
+        // Before any move the reach is the next op and the one after it (ops 0 and 1).
+        assert_eq!(decide::rebuild_reach(0), 1);
+        assert_eq!(
+            left_after_settle(0),
+            2,
+            "op 0's output and the rebuild: two go"
+        );
+        assert_eq!(left_after_settle(1), 2);
+        assert_eq!(
+            left_after_settle(2),
+            1,
+            "beyond the reach: op 0's output only"
+        );
     }
 
     /// Where the link empties the device slower than the ops grow it, the settle makes the
