@@ -89,8 +89,10 @@ pub struct SpillStats {
     pub stall_time: Duration,
     /// Time the engine's own decisions took on the op threads while memory was tight: after
     /// ops with something off the device (prefetch scans, victim passes, settling) and making
-    /// room before ops, less the moves and waits `stall_time` counts. The dry-run planner's
-    /// `measured` profile takes its cost per op from this.
+    /// room before ops, less the moves and waits `stall_time` counts. Estimated: one of these
+    /// works in four, drawn at random, is timed and counts four times (two clock reads around
+    /// each were a tenth of the engine's cost per op). The dry-run planner's `measured` profile
+    /// takes its cost per op from this.
     #[serde(default)]
     pub engine_time: Duration,
     /// Ops after which that work ran with something off the device (prefetch scans, settling).
