@@ -1245,6 +1245,52 @@ mod tests {
         assert_eq!(settle_ops(at_per_kib(1000)), 1);
     }
 
+    /// With recompute on, the dry run's settle keeps room for the rebuilds of dropped tensors
+    /// within its reach, as the engine's does (`policy::prefetch::rebuild_reach`).
+    #[test]
+    fn the_settle_counts_the_rebuilds_within_its_reach_as_the_engine_does() {
+        const KIB: u64 = 1024;
+        // Ops 0-5 make tensors 10-15 (1 KiB each), all read by op 6.
+        let t = growing_tape();
+        let profile = slow_device();
+        let plan = carry::repeating_plan(&t, &carry::pairs(&t));
+        let ops = t.ops.len();
+        let (op_seconds, gaps) = (vec![1e-3; ops], (vec![0.0; ops], 0.0));
+        let settings = Settings {
+            budget: 4 * KIB,
+            host_limit: None,
+            policy: PolicyKind::NextUse,
+            prefetch_window: 0,
+            asynchronous: false,
+            recompute: RecomputeMode::Recompute,
+        };
+        let learnt = Learnt::default();
+        let mut sim = Sim::new(&t, &profile, &plan, &op_seconds, &gaps, settings, learnt);
+        sim.place.insert(10, Place::Dropped);
+        sim.place.insert(11, Place::Device);
+        sim.place.insert(12, Place::Host);
+        assert_eq!(
+            sim.rebuild_room(6, 0),
+            KIB,
+            "rebuilt by the next op; moved or resident tensors are not counted"
+        );
+        assert_eq!(
+            sim.rebuild_room(5, 0),
+            KIB,
+            "by the op after it: within the reach"
+        );
+        assert_eq!(
+            sim.rebuild_room(4, 0),
+            0,
+            "two ops after the next: beyond it"
+        );
+        assert_eq!(
+            sim.rebuild_room(4, 1),
+            KIB,
+            "unless moves take an op to land"
+        );
+    }
+
     /// An eviction that the settle target sets off goes on to the room the next ops need,
     /// taking only tensors used after them: the engine's `settle_ahead`, one pass for several
     /// ops' growth. A device that drops its victims makes only the next op's room, as the
