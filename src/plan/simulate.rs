@@ -1199,26 +1199,61 @@ mod tests {
     use super::*;
     use crate::plan::tests::{growing_tape, slow_device, tape};
 
+    /// The growing tape's step on the slow device, its ops 1.5 ms each: what the settle's
+    /// tests build a `Sim` from.
+    struct Growing {
+        tape: StepTape,
+        profile: DeviceProfile,
+        plan: UsePlan,
+        op_seconds: Vec<f64>,
+        gaps: (Vec<f64>, f64),
+    }
+
+    impl Growing {
+        /// Ops 0-5 make tensors 10-15 (1 KiB each, so each grows the device by 1 KiB), all
+        /// read by op 6.
+        fn new() -> Self {
+            let tape = growing_tape();
+            let plan = carry::repeating_plan(&tape, &carry::pairs(&tape));
+            let ops = tape.ops.len();
+            Self {
+                profile: slow_device(),
+                plan,
+                op_seconds: vec![1.5e-3; ops],
+                gaps: (vec![0.0; ops], 0.0),
+                tape,
+            }
+        }
+
+        /// A synchronous dry run under 4 KiB, ranked by next use, with no prefetch window.
+        fn sim(&self, recompute: RecomputeMode, learnt: Learnt) -> Sim<'_> {
+            let settings = Settings {
+                budget: 4 * 1024,
+                host_limit: None,
+                policy: PolicyKind::NextUse,
+                prefetch_window: 0,
+                asynchronous: false,
+                recompute,
+            };
+            Sim::new(
+                &self.tape,
+                &self.profile,
+                &self.plan,
+                &self.op_seconds,
+                &self.gaps,
+                settings,
+                learnt,
+            )
+        }
+    }
+
     /// The dry run makes room ahead for the ops a slow link would fall behind for as the
     /// engine's settle does: from the moves it simulated (their pace per byte, without each
     /// move's fixed cost) against the ops' mean time.
     #[test]
     fn the_settle_looks_ahead_from_the_simulated_moves_as_the_engine_does() {
         const KIB: u64 = 1024;
-        // Ops 0-5 each grow the device by 1 KiB.
-        let t = growing_tape();
-        let profile = slow_device();
-        let plan = carry::repeating_plan(&t, &carry::pairs(&t));
-        let ops = t.ops.len();
-        let (op_seconds, gaps) = (vec![1.5e-3; ops], (vec![0.0; ops], 0.0));
-        let settings = Settings {
-            budget: 4 * KIB,
-            host_limit: None,
-            policy: PolicyKind::NextUse,
-            prefetch_window: 0,
-            asynchronous: false,
-            recompute: RecomputeMode::Swap,
-        };
+        let growing = Growing::new();
         let settle_ops = |to_host: MoveHistory| {
             let learnt = Learnt {
                 moves: Moves {
@@ -1227,8 +1262,7 @@ mod tests {
                 },
                 ..Learnt::default()
             };
-            let sim = Sim::new(&t, &profile, &plan, &op_seconds, &gaps, settings, learnt);
-            sim.settle_ops(0)
+            growing.sim(RecomputeMode::Swap, learnt).settle_ops(0)
         };
         let at_per_kib = |micros: u64| {
             let mut history = MoveHistory::default();
@@ -1250,22 +1284,8 @@ mod tests {
     #[test]
     fn the_settle_counts_the_rebuilds_within_its_reach_as_the_engine_does() {
         const KIB: u64 = 1024;
-        // Ops 0-5 make tensors 10-15 (1 KiB each), all read by op 6.
-        let t = growing_tape();
-        let profile = slow_device();
-        let plan = carry::repeating_plan(&t, &carry::pairs(&t));
-        let ops = t.ops.len();
-        let (op_seconds, gaps) = (vec![1e-3; ops], (vec![0.0; ops], 0.0));
-        let settings = Settings {
-            budget: 4 * KIB,
-            host_limit: None,
-            policy: PolicyKind::NextUse,
-            prefetch_window: 0,
-            asynchronous: false,
-            recompute: RecomputeMode::Recompute,
-        };
-        let learnt = Learnt::default();
-        let mut sim = Sim::new(&t, &profile, &plan, &op_seconds, &gaps, settings, learnt);
+        let growing = Growing::new();
+        let mut sim = growing.sim(RecomputeMode::Recompute, Learnt::default());
         sim.place.insert(10, Place::Dropped);
         sim.place.insert(11, Place::Device);
         sim.place.insert(12, Place::Host);
