@@ -8,10 +8,19 @@
 //! device; they usually share their buffer with the tensor they view anyway, so evicting them
 //! would free little.
 //!
-//! Flex tensors and unfused CubeCL tensors (wgpu, CUDA) have readable strides. Backends whose
-//! layout cannot be read from here are treated as contiguous; for fused CubeCL tensors, whose
-//! layout Fusion decides lazily, `tests/cubecl.rs` shows that a spilled and restored transposed
-//! view gives bit-identical results downstream.
+//! Flex also picks a kernel's path by where a tensor sits in its buffer: a unary op on a view
+//! that starts at offset 0 and fills its buffer keeps the view's strides, one on a view inside a
+//! larger buffer writes a contiguous output. A contiguous slice inside its source's buffer comes
+//! back as a buffer of its own, so a transpose of it, negated, would keep transposed strides
+//! where plain Flex's result is contiguous, and a matmul reading that accumulates in another
+//! order. So a Flex tensor leaves the device only when it is contiguous and fills its buffer
+//! from the start (`tests/tiers_layout.rs`).
+//!
+//! Flex tensors and unfused CubeCL tensors (wgpu, CUDA) have readable strides. A CubeCL slice
+//! is a handle onto its own bytes of the buffer, not an offset the kernels read, so only its
+//! strides matter. Backends whose layout cannot be read from here are treated as contiguous;
+//! for fused CubeCL tensors, whose layout Fusion decides lazily, `tests/cubecl.rs` shows that a
+//! spilled and restored transposed view gives bit-identical results downstream.
 //!
 //! Unevictable tensors are counted in `SpillStats::unevictable_device_bytes`.
 
@@ -31,7 +40,7 @@ pub(crate) fn round_trips_exactly<B: Backend>(primitive: &Primitive<B>) -> bool 
             Primitive::Quantized(p) => p,
         };
         if let Some(tensor) = any.downcast_ref::<burn_flex::FlexTensor>() {
-            return tensor.is_contiguous() && flex_can_read(tensor);
+            return tensor.is_contiguous() && fills_its_buffer(tensor);
         }
         if let Some(q) = any.downcast_ref::<burn_flex::FlexQTensor>() {
             return q.tensor().is_contiguous();
@@ -53,17 +62,12 @@ pub(crate) fn round_trips_exactly<B: Backend>(primitive: &Primitive<B>) -> bool 
     true
 }
 
-/// Flex reads a tensor that fills its whole buffer by handing the buffer over, but copies one
-/// that starts inside it, and that copy rejects Flex32 and `Bool(U32)`. Such a view must stay
-/// where it is, so that reading it fails exactly as on plain Flex instead of succeeding from
-/// our own copy.
+/// Whether a Flex tensor starts at the beginning of its buffer and covers all of it: the
+/// layout a restored tensor has. Flex's kernels take other paths on a view inside a larger
+/// buffer, and copy it on a read (a copy that rejects Flex32 and `Bool(U32)`, so such a view
+/// must fail to read exactly as on plain Flex instead of succeeding from our own copy).
 #[cfg(feature = "flex")]
-fn flex_can_read(tensor: &burn_flex::FlexTensor) -> bool {
-    use burn_backend::DType;
-    use burn_std::BoolStore;
-    let dtype = tensor.dtype();
-    // The dtype first: it settles almost every tensor without reading the buffer.
-    !matches!(dtype, DType::Flex32 | DType::Bool(BoolStore::U32))
-        || (tensor.layout().start_offset() == 0
-            && tensor.bytes().len() == tensor.layout().num_elements() * dtype.size())
+fn fills_its_buffer(tensor: &burn_flex::FlexTensor) -> bool {
+    tensor.layout().start_offset() == 0
+        && tensor.bytes().len() == tensor.layout().num_elements() * tensor.dtype().size()
 }
