@@ -1067,11 +1067,12 @@ impl<'a> Sim<'a> {
         let budget = self.settings.budget;
         let none = HashSet::new();
         let asynchronous = self.settings.asynchronous;
+        // A dropped tensor counts, as in the engine: the room for its rebuild is a settle's.
         let off_device = self.host > 0
             || self
                 .place
                 .values()
-                .any(|p| matches!(p, Place::Disk | Place::Leaving { .. }));
+                .any(|p| matches!(p, Place::Disk | Place::Leaving { .. } | Place::Dropped));
         if !off_device && self.device <= budget.saturating_sub(self.plan.max_headroom()) {
             // The engine's early exit: memory ample.
             return;

@@ -93,11 +93,12 @@ impl DeviceEngine {
     }
 
     /// Whether memory is ample after an op: nothing off the device to bring back (or to
-    /// demote), and the device under `settle_floor`, every settle point the plan could set.
-    /// Most ops of a run that fits end here.
+    /// demote) or to rebuild, and the device under `settle_floor`, every settle point the plan
+    /// could set for the ops' own room. Most ops of a run that fits end here. A dropped tensor
+    /// counts as off the device: the room for its rebuild comes from the settle, below that
+    /// floor.
     fn ample_after_op(&self, settle_floor: u64) -> bool {
-        let off_device = self.ledger.resident(Tier::Host) + self.ledger.resident(Tier::Disk);
-        off_device == 0 && self.device_committed() <= settle_floor
+        self.off_device() == 0 && self.device_committed() <= settle_floor
     }
 
     /// The rest of `after_op` once memory is not ample: prefetch and settle.
@@ -664,6 +665,47 @@ mod tests {
             1,
             "beyond the reach: op 0's output only"
         );
+    }
+
+    /// The settle after an op keeps the room for a rebuild within its reach even when nothing
+    /// else is off the device and the device is under the level below which the ops' own room
+    /// never asks for an eviction.
+    #[test]
+    fn a_rebuild_due_soon_keeps_the_settle_after_an_op_from_its_ample_exit() {
+        // Op 0 reads 1 and 2, op 1 rebuilds 6 (dropped, larger than the room the ops
+        // themselves ever ask for) and reads it, op 2 reads 3: each makes 1 KiB.
+        let rebuilt = 100 * KIB;
+        let ops = vec![
+            op(vec![1, 2], vec![100]),
+            op(vec![6], vec![101]),
+            op(vec![3], vec![102]),
+        ];
+        let tape = tape_of(ops, &[1, 2, 3, 6, 100, 101, 102], &[(6, rebuilt)]);
+        let plan = UsePlan::from_tape(&tape, None);
+        let tensor: Arc<dyn Spillable> = Arc::new(Counted);
+        // The device holds 1-3, and the budget leaves the ops' own room beside them.
+        let budget = 3 * KIB + plan.max_headroom();
+        assert!(plan.max_headroom() < rebuilt);
+        let engine = engine_with(limits(budget, 0, false), plan);
+        dropping(&engine);
+        on_device(&engine, &tensor, &[(1, 0, 0), (2, 0, 1), (3, 2, 0)]);
+        engine.ledger().on_create(rebuilt, TensorRole::Other);
+        engine
+            .ledger()
+            .on_dropped_for_rebuild(rebuilt, TensorRole::Other);
+        {
+            let mut index = lock(&engine.index);
+            index.admit_output(6, rebuilt, 6, || Arc::downgrade(&tensor), None);
+            index.mark_dropped(6, Some(crate::engine::index::absolute(0, 1)));
+        }
+        engine.after_op();
+        let tier = |id| lock(&engine.index).tier_of(id);
+        assert_eq!(
+            tier(3),
+            Some(Tier::Host),
+            "the room for 6's rebuild at op 1"
+        );
+        assert_eq!((tier(1), tier(2)), (Some(Tier::Device), Some(Tier::Device)));
     }
 
     /// Where the link empties the device slower than the ops grow it, the settle makes the
