@@ -71,3 +71,37 @@ fn fills_its_buffer(tensor: &burn_flex::FlexTensor) -> bool {
     tensor.layout().start_offset() == 0
         && tensor.bytes().len() == tensor.layout().num_elements() * tensor.dtype().size()
 }
+
+#[cfg(all(test, feature = "flex"))]
+mod tests {
+    use burn_backend::TensorData;
+    use burn_backend::ops::FloatTensorOps;
+    use burn_flex::Flex;
+
+    use super::*;
+
+    fn float(tensor: burn_flex::FlexTensor) -> Primitive<Flex> {
+        Primitive::Float(tensor)
+    }
+
+    #[test]
+    fn a_flex_tensor_leaves_the_device_only_contiguous_and_filling_its_buffer() {
+        let device = Default::default();
+        let values: Vec<f32> = (0..24).map(|v| v as f32).collect();
+        let whole = Flex::float_from_data(TensorData::new(values, [2, 3, 4]), &device);
+        assert!(round_trips_exactly(&float(whole.clone())), "a whole buffer");
+        let transposed = Flex::float_swap_dims(whole.clone(), 1, 2);
+        assert!(!round_trips_exactly(&float(transposed)), "strided");
+        let second = Flex::float_slice(whole.clone(), &[(1..2).into()]);
+        assert!(second.is_contiguous());
+        assert!(
+            !round_trips_exactly(&float(second)),
+            "contiguous, but it starts inside the buffer"
+        );
+        let first = Flex::float_slice(whole, &[(0..1).into()]);
+        assert!(
+            !round_trips_exactly(&float(first)),
+            "contiguous from the start, but the buffer goes on"
+        );
+    }
+}

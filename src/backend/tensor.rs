@@ -296,8 +296,16 @@ impl<B: Backend> Handle<B> {
         self.after_restore(true);
     }
 
-    /// Panics unless a rebuild gave this tensor's dtype and shape.
+    /// Panics unless a rebuild gave this tensor's dtype and shape. In debug builds also unless
+    /// it gave a layout that round-trips exactly, as the original's did (only such outputs keep
+    /// a recipe): another layout would lead the inner backend's kernels down other paths, and
+    /// results downstream could drift by an ulp (see [`super::layout`]).
     pub(super) fn check_rebuilt(&self, rebuilt: &Primitive<B>, op: &str) {
+        debug_assert!(
+            round_trips_exactly(rebuilt),
+            "burn-spill: rebuilding tensor {} with `{op}` gave a layout its original did not have; this is a bug in burn-spill",
+            self.id
+        );
         let (shape, dtype) = rebuilt.shape_dtype();
         if dtype != self.dtype || shape != self.shape || rebuilt.kind() != self.kind {
             panic!(
@@ -769,3 +777,25 @@ impl<B: Backend> SpillTensor<B> {
 /// the device until the op's outputs are counted too, which is what the device really holds
 /// while the op runs.
 pub(crate) struct RetiredHandle<B: Backend>(#[allow(dead_code)] Arc<Handle<B>>);
+
+#[cfg(all(test, feature = "flex", debug_assertions))]
+mod tests {
+    use burn_backend::TensorData;
+    use burn_backend::ops::FloatTensorOps;
+    use burn_flex::Flex;
+
+    use super::*;
+
+    #[test]
+    #[should_panic(expected = "gave a layout its original did not have")]
+    fn a_rebuild_in_another_layout_is_caught_in_debug_builds() {
+        let values: Vec<f32> = (0..9).map(|v| v as f32).collect();
+        let original = Flex::float_from_data(TensorData::new(values, [3, 3]), &Default::default());
+        let tensor = SpillTensor::<Flex>::from_float(original.clone());
+        // Same dtype and shape, transposed strides.
+        let transposed = Flex::float_swap_dims(original, 0, 1);
+        tensor
+            .handle
+            .check_rebuilt(&Primitive::Float(transposed), "float_exp");
+    }
+}
