@@ -26,15 +26,16 @@ fn ragged<B: Backend>(rows: usize, cols: usize, device: &B::Device) -> Tensor<B,
     Tensor::from_data(TensorData::new(values, [2, rows, cols]), device)
 }
 
-/// The second half of `source` (a contiguous view inside its buffer), transposed, negated (so
-/// the view is still alive when `neg` runs), and multiplied by its own transpose.
+/// The second half of `source` (a contiguous view inside its buffer), transposed, negated (the
+/// transpose kept alive meanwhile, so `neg` cannot write in place), and multiplied by its own
+/// transpose. `between` runs after the slice is made and before anything reads it.
 fn product_of_a_negated_sliced_transpose<B: Backend>(
     source: Tensor<B, 3>,
-    evict: impl Fn(),
+    between: impl Fn(),
 ) -> (Tensor<B, 3>, TensorData) {
     let [_, rows, cols] = source.dims();
     let half = source.slice([1..2, 0..rows, 0..cols]);
-    evict();
+    between();
     let transposed = half.clone().swap_dims(1, 2);
     let negated = transposed.clone().neg();
     let product = negated.clone().matmul(negated.transpose());
@@ -52,7 +53,8 @@ fn a_slice_inside_its_buffer_stays_on_the_device_and_gives_plain_results() {
 
     Spill::configure(&dev, SpillConfig::default().device_budget_bytes(0)).unwrap();
     let source = ragged::<Spill>(rows, cols, &dev);
-    // Whatever the source does, its slice is pinned to the buffer it starts inside.
+    // Under budget 0 every tensor the running op does not use is evicted after each op; the
+    // slice's eviction (before the fix) had landed once the workers were idle (`stats` waits).
     let (half, spilled) = product_of_a_negated_sliced_transpose(source, || {
         let _ = Spill::stats(&dev);
     });
