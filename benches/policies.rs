@@ -28,7 +28,8 @@
 //! and 30% under `next_use`: step time, bytes moved and the rebuilds per step with their time.
 //! A third gives the dry-run planner's prediction for the same recorded steps on `h200-pcie5`
 //! (`burn_spill::plan::dry_run_over_budget`, `cost_aware`) at 50%, 33% and 25% of the step's
-//! unlimited peak there, per mode: the step-time overhead, the bytes moved and the rebuilds.
+//! unlimited peak there, per mode: the step-time overhead, the bytes moved and the rebuilds
+//! (and under `both`, the behaviour its dry run chose: `RecomputeMode::Both`).
 //! These models are tiny, so on an H200 their kernels are launch-bound; the GPU-scale models'
 //! predictions are `scripts/plan-gpu-scale.sh`'s (docs/planner.md).
 //!
@@ -185,6 +186,8 @@ struct Row {
     /// Rebuilds per measured step, and their time per step.
     rebuilt: f64,
     rebuild_time: Duration,
+    /// Under `both`: the behaviour its dry run chose for the last plan.
+    behaviour: Option<burn_spill::policy::recompute::Behaviour>,
 }
 
 fn measure<M>(
@@ -240,6 +243,7 @@ where
         recompute,
         rebuilt: rebuilds.rebuilt as f64 / rounds as f64,
         rebuild_time: rebuilds.rebuild_time / rounds as u32,
+        behaviour: after.recompute.behaviour,
         ratio: median(ratios),
         moved: after.last_step.map_or(0, |s| s.bytes_moved()),
         min,
@@ -311,10 +315,11 @@ fn print_recompute_summary(rows: &[Row]) {
     println!("| --- | --- | --- | --- | --- | --- | --- | --- |");
     for r in rows {
         println!(
-            "| {} | {}% | {} | {:.3} | {} | {:.1} | {:.1} us | {} |",
+            "| {} | {}% | {}{} | {:.3} | {} | {:.1} | {:.1} us | {} |",
             r.model,
             r.percent,
             r.recompute,
+            r.behaviour.map_or(String::new(), |b| format!(" ({b})")),
             r.ratio,
             r.moved,
             r.rebuilt,
@@ -350,8 +355,11 @@ fn print_predicted(model: &str, tape: &StepTape, config: SpillConfig) {
                     &config.clone().recompute(mode).device_budget_bytes(budget),
                 )
                 .expect("a valid config");
+                let chose = run
+                    .both_chose
+                    .map_or(String::new(), |behaviour| format!("; {behaviour}"));
                 format!(
-                    "{:+.1}% ({} B, {} rebuilds)",
+                    "{:+.1}% ({} B, {} rebuilds{chose})",
                     run.overhead * 100.0,
                     run.simulated.traffic.total(),
                     run.simulated.rebuilds

@@ -348,8 +348,10 @@ impl SpillConfig {
     }
 
     /// The device profile whose figures time a rebuild when [`RecomputeMode::Both`] weighs it
-    /// against a move: a built-in name (`h200-pcie5`, ...; see `docs/device-profiles.md`), a
-    /// profile JSON file, or `measured` for the op's own measured duration. By default a
+    /// against a move, and on which `both` dry-runs each recorded step to choose how the
+    /// planned steps run (see [`RecomputeMode::Both`]): a built-in name (`h200-pcie5`, ...;
+    /// see `docs/device-profiles.md`), a profile JSON file, or `measured` for the op's own
+    /// measured duration (and this machine's measured links in the dry run). By default a
     /// synchronous backend (Flex, NdArray) uses the measured duration, and a CubeCL backend
     /// (wgpu, CUDA), whose ops return before their kernels run, the built-in
     /// [`ASYNC_DEFAULT_PROFILE`](crate::policy::recompute::ASYNC_DEFAULT_PROFILE).
@@ -370,13 +372,28 @@ impl SpillConfig {
     /// [`SpillError::InvalidValue`] when the profile is neither `measured`, a built-in nor a
     /// file; [`SpillError::Profile`] when the file holds no valid profile.
     pub fn rebuild_times(&self, asynchronous_backend: bool) -> Result<RebuildTimes, SpillError> {
+        Ok(match self.rebuild_device_profile(asynchronous_backend)? {
+            Some(profile) => RebuildTimes::Modelled(KernelModel::of(&profile)),
+            None => RebuildTimes::Measured,
+        })
+    }
+
+    /// The device profile [`rebuild_profile`](Self::rebuild_profile) names for a backend whose
+    /// ops are asynchronous or not; `None` for `measured` (this machine, as a run measures it).
+    ///
+    /// # Errors
+    /// As [`rebuild_times`](Self::rebuild_times).
+    pub fn rebuild_device_profile(
+        &self,
+        asynchronous_backend: bool,
+    ) -> Result<Option<DeviceProfile>, SpillError> {
         match self.rebuild_profile.as_deref() {
-            Some(name) => rebuild_times_named(name, "rebuild_profile"),
-            None if asynchronous_backend => rebuild_times_named(
+            Some(name) => rebuild_profile_named(name, "rebuild_profile"),
+            None if asynchronous_backend => rebuild_profile_named(
                 crate::policy::recompute::ASYNC_DEFAULT_PROFILE,
                 "rebuild_profile",
             ),
-            None => Ok(RebuildTimes::Measured),
+            None => Ok(None),
         }
     }
 
@@ -660,7 +677,7 @@ impl SpillConfig {
             self.recompute = v.parse().map_err(|e| rename(e, ENV_RECOMPUTE))?;
         }
         if let Some(v) = get(ENV_REBUILD_PROFILE) {
-            rebuild_times_named(&v, ENV_REBUILD_PROFILE)?;
+            rebuild_profile_named(&v, ENV_REBUILD_PROFILE)?;
             self.rebuild_profile = Some(v.trim().to_string());
         }
         Ok(self)
@@ -670,12 +687,15 @@ impl SpillConfig {
 /// What `rebuild_profile` accepts.
 const REBUILD_PROFILE_ACCEPTED: &str = "`measured` (the op's own duration), a built-in device profile (h200-pcie5, h100-pcie5, a100-pcie4, rtx4090-pcie4, gh200-c2c) or the path of a profile JSON file (docs/device-profiles.md)";
 
-/// The rebuild times of the profile `name` (see [`SpillConfig::rebuild_profile`]), an error
+/// The profile `name` (see [`SpillConfig::rebuild_profile`]; `None` for `measured`), an error
 /// under `field` when it names nothing.
-fn rebuild_times_named(name: &str, field: &'static str) -> Result<RebuildTimes, SpillError> {
+fn rebuild_profile_named(
+    name: &str,
+    field: &'static str,
+) -> Result<Option<DeviceProfile>, SpillError> {
     let trimmed = name.trim();
     if trimmed.eq_ignore_ascii_case("measured") {
-        return Ok(RebuildTimes::Measured);
+        return Ok(None);
     }
     let profile = if let Ok(profile) = DeviceProfile::builtin(trimmed) {
         profile
@@ -688,7 +708,7 @@ fn rebuild_times_named(name: &str, field: &'static str) -> Result<RebuildTimes, 
             accepted: REBUILD_PROFILE_ACCEPTED,
         });
     };
-    Ok(RebuildTimes::Modelled(KernelModel::of(&profile)))
+    Ok(Some(profile))
 }
 
 /// Reports a parse error under the environment variable's name.

@@ -150,6 +150,12 @@ pub struct RecomputeStats {
     pub rebuild_time: Duration,
     /// Bytes of the tensors that are dropped now (in no tier).
     pub dropped_now_bytes: u64,
+    /// Under [`RecomputeMode::Both`](crate::RecomputeMode::Both) with a budget, once a step is
+    /// planned: how the planned steps treat their victims, as `both` chose from a dry run of
+    /// the recorded step (see [`Behaviour`](crate::policy::recompute::Behaviour)). `None`
+    /// otherwise.
+    #[serde(default)]
+    pub behaviour: Option<crate::policy::recompute::Behaviour>,
 }
 
 impl RecomputeStats {
@@ -165,6 +171,7 @@ impl RecomputeStats {
                 .saturating_sub(earlier.chained_rebuilds),
             rebuild_time: self.rebuild_time.saturating_sub(earlier.rebuild_time),
             dropped_now_bytes: self.dropped_now_bytes,
+            behaviour: self.behaviour,
         }
     }
 }

@@ -232,6 +232,13 @@ fn transformer_with_both_swap_and_recompute_trains_identically_at_30_percent() {
     let both = |config: SpillConfig| dropping(config).recompute(RecomputeMode::Both);
     let stats = marked(gpt::<Trained>, gpt::<Spilled>, 4, &both);
     report("transformer, both", &stats);
+    // The planned steps ran with what the dry run of the recorded step predicted fastest.
+    let chose = stats.recompute.behaviour;
+    eprintln!("transformer, both chose: {chose:?}");
+    assert!(
+        chose.is_some_and(|b| burn_spill::policy::recompute::BEHAVIOURS.contains(&b)),
+        "{chose:?}"
+    );
 }
 
 /// `both` with a card's figures: each rebuild is timed as its kernel on the named profile,

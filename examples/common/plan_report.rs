@@ -99,6 +99,18 @@ pub fn table(runs: &[DryRun]) -> String {
             millis(s.rebuild_seconds),
         );
     }
+    // `both` runs each budget's steps with the behaviour its dry run predicts fastest.
+    let chose: Vec<String> = runs
+        .iter()
+        .filter_map(|r| {
+            let behaviour = r.both_chose?;
+            let of_peak = 100.0 * r.budget as f64 / r.unlimited_peak.max(1) as f64;
+            Some(format!("{of_peak:.0}%: {behaviour}"))
+        })
+        .collect();
+    if !chose.is_empty() {
+        let _ = writeln!(out, "`both` chose, per budget: {}", chose.join("; "));
+    }
     out
 }
 

@@ -24,6 +24,8 @@ use burn_backend::{Backend, BackendTypes, DType, DTypeUsageSet, ExecutionError, 
 
 use crate::config::{DeviceBudget, SpillConfig};
 use crate::engine::{DeviceEngine, Limits, LiveSummary};
+use crate::plan::cost::KernelModel;
+use crate::policy::recompute::RebuildTimes;
 use crate::tape::{StepAnalysis, StepTape, TapeCounters, TapeFormat};
 use crate::{SpillError, SpillStats};
 use device::{PersistentScope, device_memory_bytes, dispatches_asynchronously};
@@ -95,6 +97,8 @@ impl<B: Backend> SpillBackend<B> {
         config: SpillConfig,
     ) -> Result<(), SpillError> {
         config.validate()?;
+        let rebuild_profile =
+            config.rebuild_device_profile(dispatches_asynchronously::<B>(device))?;
         let budget = match config.get_device_budget() {
             DeviceBudget::Unlimited => None,
             DeviceBudget::Bytes(bytes) => Some(bytes),
@@ -123,12 +127,17 @@ impl<B: Backend> SpillBackend<B> {
             verify_restores: config.is_verifying_restores(),
             remote_first: config.get_tier_order() == crate::TierOrder::RemoteThenDisk,
             recompute: config.get_recompute(),
-            rebuild_times: config.rebuild_times(dispatches_asynchronously::<B>(device))?,
+            rebuild_times: rebuild_profile
+                .as_ref()
+                .map_or(RebuildTimes::Measured, |profile| {
+                    RebuildTimes::Modelled(KernelModel::of(profile))
+                }),
             pool_margin: config
                 .get_pool_cleanup_margin_bytes()
                 .unwrap_or_else(|| crate::policy::pool::default_margin(budget.unwrap_or(0))),
         };
         let engine = Self::engine(device);
+        engine.set_rebuild_profile(rebuild_profile);
         engine.apply(
             limits,
             config.get_spill_dir().map(PathBuf::as_path),

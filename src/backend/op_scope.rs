@@ -295,7 +295,7 @@ impl<B: Backend> OpScope<B> {
         if self.recipe_inputs.is_none() {
             let engine = tensor.engine();
             let keeps = engine.is_tracking()
-                && engine.with_limits(|limits| limits.recompute.may_drop())
+                && engine.with_limits(|limits| engine.recompute_behaviour(limits).may_drop())
                 && recompute::rebuilds_exactly(self.name, engine.queues().fuses_ops());
             if !keeps {
                 self.recomputable = false;

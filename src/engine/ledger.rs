@@ -493,6 +493,8 @@ impl Ledger {
                 chained_rebuilds: self.chained_rebuilds.load(Ordering::Relaxed),
                 rebuild_time: Duration::from_nanos(self.rebuild_nanos.load(Ordering::Relaxed)),
                 dropped_now_bytes: self.dropped_now.load(Ordering::Relaxed),
+                // The engine's choice, not a counter: the engine fills it in.
+                behaviour: None,
             },
             // The engine's mode, not a counter: the engine fills it in.
             ops_tracked: false,

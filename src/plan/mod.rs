@@ -20,6 +20,7 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
+pub(crate) mod behaviour;
 mod carry;
 pub mod cost;
 mod profile;
@@ -36,7 +37,8 @@ use crate::config::DeviceBudget;
 use crate::tape::StepTape;
 use crate::{SpillConfig, SpillError};
 
-use simulate::{Settings, simulate};
+pub(crate) use simulate::Settings;
+use simulate::simulate;
 
 /// The prediction for one budget.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -47,6 +49,11 @@ pub struct DryRun {
     pub budget: u64,
     /// The simulated step under the budget.
     pub simulated: Simulated,
+    /// Under `recompute = both` with a budget: the behaviour `both` runs the step with, the
+    /// fastest of weighing each victim (`both`), moving every victim (`swap`) and dropping
+    /// every victim it may (`recompute`), as the engine chooses it from the same dry run
+    /// ([`crate::policy::recompute::fastest_behaviour`]). `None` otherwise.
+    pub both_chose: Option<crate::policy::recompute::Behaviour>,
     /// The same step with unlimited device memory: nothing moves.
     pub unlimited_step_seconds: f64,
     /// Its device peak: the budget above which nothing moves.
@@ -138,6 +145,7 @@ pub fn dry_run_over_budget(
         prefetch_window: u32::try_from(config.get_prefetch_window()).unwrap_or(u32::MAX),
         asynchronous: config.is_asynchronous(),
         recompute: config.get_recompute(),
+        keeps_rebuild_room: false,
     };
     let unlimited = simulate(
         tape,
@@ -149,10 +157,13 @@ pub fn dry_run_over_budget(
             ..settings
         },
     );
-    let simulated = if budget == u64::MAX {
-        unlimited.clone()
+    let (simulated, both_chose) = if budget == u64::MAX {
+        (unlimited.clone(), None)
+    } else if settings.recompute == crate::RecomputeMode::Both {
+        let chosen = behaviour::choose(tape, profile, &op_seconds, &gaps, settings);
+        (chosen.simulated, Some(chosen.behaviour))
     } else {
-        simulate(tape, profile, &op_seconds, &gaps, settings)
+        (simulate(tape, profile, &op_seconds, &gaps, settings), None)
     };
     let overhead = if unlimited.step_seconds > 0.0 {
         simulated.step_seconds / unlimited.step_seconds - 1.0
@@ -172,6 +183,7 @@ pub fn dry_run_over_budget(
         unlimited_peak: unlimited.device_peak,
         overhead,
         simulated,
+        both_chose,
     })
 }
 

@@ -58,6 +58,9 @@ pub(crate) struct Settings {
     pub prefetch_window: u32,
     pub asynchronous: bool,
     pub recompute: RecomputeMode,
+    /// Whether prefetches keep room for the rebuilds before their use (a behaviour `both`
+    /// may choose: [`recompute::Behaviour::keeps_rebuild_room`]).
+    pub keeps_rebuild_room: bool,
 }
 
 /// Bytes moved in each direction.
@@ -279,6 +282,22 @@ fn recipes(tape: &StepTape) -> HashMap<TensorId, usize> {
         .collect()
 }
 
+/// Dropped tensors by the distance to their rebuild, soonest first.
+struct RebuildsAhead {
+    at: Vec<(u32, u64)>,
+}
+
+impl RebuildsAhead {
+    /// Bytes rebuilt within `distance` ops, that one included.
+    fn bytes_until(&self, distance: u32) -> u64 {
+        self.at
+            .iter()
+            .take_while(|(d, _)| *d <= distance)
+            .map(|(_, bytes)| bytes)
+            .sum()
+    }
+}
+
 /// Runs of the step simulated before the one reported: enough for leads to settle.
 const STEADY_STATE_RUNS: usize = 3;
 
@@ -373,6 +392,21 @@ impl<'a> Sim<'a> {
             .filter(|(id, _)| matches!(self.next_use(**id, now), NextUse::In(d) if d <= reach))
             .map(|(id, _)| self.size(*id))
             .sum()
+    }
+
+    /// The dropped tensors' rebuilds ahead of position `now`, as the engine's index keeps them.
+    fn rebuilds_ahead(&self, now: u32) -> RebuildsAhead {
+        let mut at: Vec<(u32, u64)> = self
+            .place
+            .iter()
+            .filter(|(_, place)| matches!(place, Place::Dropped))
+            .filter_map(|(id, _)| match self.next_use(*id, now) {
+                NextUse::In(d) => Some((d, self.size(*id))),
+                _ => None,
+            })
+            .collect();
+        at.sort_unstable();
+        RebuildsAhead { at }
     }
 
     fn size(&self, id: TensorId) -> u64 {
@@ -1106,12 +1140,19 @@ impl<'a> Sim<'a> {
             due.sort_unstable();
             if let Some(&(furthest, _)) = due.last() {
                 let headroom = self.plan.headroom_curve(now, furthest + 1);
+                let rebuilds = self
+                    .settings
+                    .keeps_rebuild_room
+                    .then(|| self.rebuilds_ahead(now));
                 // What is still leaving counts until it has left, as in the engine.
                 let mut used = self.device;
                 for (d, id) in due {
                     let bytes = self.size(id);
                     let fits = decide::use_fits(self.plan, budget, now, d);
-                    let ceiling = decide::ceiling(budget, &headroom, d, fits);
+                    let mut ceiling = decide::ceiling(budget, &headroom, d, fits);
+                    if let Some(rebuilds) = &rebuilds {
+                        ceiling = decide::ceiling_beside_rebuilds(ceiling, rebuilds.bytes_until(d));
+                    }
                     if used + bytes > ceiling {
                         room = Some((ceiling.saturating_sub(bytes), now + d));
                         break;
@@ -1235,6 +1276,7 @@ mod tests {
                 prefetch_window: 0,
                 asynchronous: false,
                 recompute,
+                keeps_rebuild_room: false,
             };
             Sim::new(
                 &self.tape,
@@ -1251,6 +1293,17 @@ mod tests {
     /// The dry run makes room ahead for the ops a slow link would fall behind for as the
     /// engine's settle does: from the moves it simulated (their pace per byte, without each
     /// move's fixed cost) against the ops' mean time.
+    #[test]
+    fn the_rebuilds_ahead_count_up_to_the_use_they_are_asked_for() {
+        let ahead = RebuildsAhead {
+            at: vec![(2, 10), (2, 5), (7, 100)],
+        };
+        assert_eq!(ahead.bytes_until(1), 0);
+        assert_eq!(ahead.bytes_until(2), 15, "that use included");
+        assert_eq!(ahead.bytes_until(6), 15);
+        assert_eq!(ahead.bytes_until(u32::MAX), 115);
+    }
+
     #[test]
     fn the_settle_looks_ahead_from_the_simulated_moves_as_the_engine_does() {
         const KIB: u64 = 1024;
@@ -1359,6 +1412,7 @@ mod tests {
                 prefetch_window: 0,
                 asynchronous: false,
                 recompute,
+                keeps_rebuild_room: false,
             };
             let mut sim = Sim::new(
                 &t,
@@ -1433,6 +1487,7 @@ mod tests {
             prefetch_window: 8,
             asynchronous: false,
             recompute: RecomputeMode::Swap,
+            keeps_rebuild_room: false,
         };
         let learnt = Learnt::default();
         let mut sim = Sim::new(&t, &profile, &plan, &op_seconds, &gaps, settings, learnt);

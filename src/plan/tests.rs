@@ -625,3 +625,51 @@ fn both_takes_the_victim_cheaper_to_rebuild_than_the_one_a_move_would_take() {
         recompute.step_seconds
     );
 }
+
+/// `both` runs each plan with the behaviour its dry run predicts fastest, so it is never
+/// slower than swap only or recompute only: on memory far faster than the link it drops, and
+/// on memory too slow to rebuild on it drops nothing.
+#[test]
+fn both_runs_the_behaviour_its_dry_run_predicts_fastest() {
+    use crate::policy::recompute::BEHAVIOURS;
+    let t = rebuild_at_the_end();
+    let budget = 32 * MIB;
+    for (hbm, drops) in [(100.0, true), (1e-3, false)] {
+        let mut p = slow_device();
+        p.hbm_gb_per_s = hbm;
+        let run = |mode| dry_run(&t, &p, &config(budget).recompute(mode)).unwrap();
+        let (swap, recompute, both) = (
+            run(RecomputeMode::Swap),
+            run(RecomputeMode::Recompute),
+            run(RecomputeMode::Both),
+        );
+        assert_eq!((swap.both_chose, recompute.both_chose), (None, None));
+        let chose = both.both_chose.expect("`both` chose a behaviour");
+        assert!(BEHAVIOURS.contains(&chose), "{chose:?}");
+        let fastest = swap
+            .simulated
+            .step_seconds
+            .min(recompute.simulated.step_seconds);
+        assert!(
+            both.simulated.step_seconds <= fastest,
+            "memory at {hbm} GB/s: both ({chose}) {} vs {fastest}",
+            both.simulated.step_seconds
+        );
+        assert_eq!(
+            both.simulated.drops > 0,
+            drops,
+            "memory at {hbm} GB/s: {chose}, {:?}",
+            both.simulated
+        );
+    }
+    let unlimited = dry_run(
+        &t,
+        &slow_device(),
+        &config(u64::MAX).recompute(RecomputeMode::Both),
+    )
+    .unwrap();
+    assert_eq!(
+        unlimited.both_chose, None,
+        "nothing to choose without a budget"
+    );
+}

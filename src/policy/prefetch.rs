@@ -43,6 +43,16 @@ pub fn ceiling(budget: u64, headroom: &[u64], distance: u32, use_fits: bool) -> 
     budget.saturating_sub(ahead)
 }
 
+/// A prefetch's [`ceiling`] under a behaviour that keeps room for rebuilds
+/// ([`Behaviour::keeps_rebuild_room`](super::recompute::Behaviour)): less the bytes of the
+/// dropped tensors rebuilt before the prefetched tensor's use (`rebuilt_first`). The plan's
+/// headroom counts what the recorded step made, in which those tensors stayed on the device;
+/// their rebuilds make them again, and a device filled by prefetches would have to evict for
+/// them while their op waits.
+pub fn ceiling_beside_rebuilds(ceiling: u64, rebuilt_first: u64) -> u64 {
+    ceiling.saturating_sub(rebuilt_first)
+}
+
 /// Whether the op `distance` ops after position `now` (wrapping into the next step) fits
 /// `budget` by itself: its inputs and outputs, as the plan recorded them.
 pub fn use_fits(plan: &UsePlan, budget: u64, now: u32, distance: u32) -> bool {
@@ -201,6 +211,19 @@ pub fn settle_ahead(budget: u64, plan: &UsePlan, now: u32, transfer_ops: u32) ->
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_prefetch_keeping_rebuild_room_fills_the_device_that_much_less() {
+        let ceiling = ceiling(100, &[10, 20, 30], 1, true);
+        assert_eq!(ceiling, 80);
+        assert_eq!(ceiling_beside_rebuilds(ceiling, 0), 80);
+        assert_eq!(ceiling_beside_rebuilds(ceiling, 25), 55);
+        assert_eq!(
+            ceiling_beside_rebuilds(ceiling, 500),
+            0,
+            "never below empty"
+        );
+    }
 
     #[test]
     fn a_wasted_prefetch_benches_the_tensor_twice_as_long_each_time() {

@@ -169,6 +169,13 @@ pub struct DeviceEngine {
     /// How busy the link would be over the last checked step if every victim were moved (an
     /// `f64`'s bits): what the drop decision weighs a move's link time by.
     link_utilization: AtomicU64,
+    /// Under `recompute = both`: the behaviour chosen for the plan in force (see
+    /// [`recompute::BehaviourCell`]).
+    behaviour: Arc<recompute::BehaviourCell>,
+    /// The device profile `both` dry-runs a recorded step on to choose its behaviour (the
+    /// configured `rebuild_profile`, or the backend's default); `None` for this machine as
+    /// measured.
+    rebuild_profile: Mutex<Option<Arc<crate::plan::DeviceProfile>>>,
     /// The average op time of the last checked step (an `f64`'s seconds, as bits), timed as
     /// rebuilds are: how fast the ops grow the device, against which the settle weighs how
     /// fast the link empties it (see `policy::prefetch::settle_lookahead`).
@@ -319,6 +326,13 @@ impl DeviceEngine {
             .store(limits.budget.is_some(), Ordering::Relaxed);
         self.limits.set(limits);
         let has_plan = self.plan().is_some();
+        // What `both` chose was for the old limits: choose again for the plan in force.
+        self.behaviour.forget();
+        if let (_, Some(tape)) = self.recorder.last_two()
+            && has_plan
+        {
+            self.choose_behaviour(&tape);
+        }
         {
             let mut index = lock(&self.index);
             self.order_index(&mut index, has_plan);
@@ -335,7 +349,7 @@ impl DeviceEngine {
     pub fn stats(&self) -> SpillStats {
         self.quiesce();
         let limits = self.limits();
-        SpillStats {
+        let mut stats = SpillStats {
             device_budget_bytes: limits.budget,
             host_limit_bytes: limits.host_limit,
             last_step: self.last_step_stats(),
@@ -343,7 +357,10 @@ impl DeviceEngine {
             cold_tiers: lock(&self.cold).stats(),
             ops_tracked: limits.budget.is_some() && self.tracks_all(),
             ..self.ledger.stats()
-        }
+        };
+        self.behaviour.settle();
+        stats.recompute.behaviour = self.chosen_behaviour(&limits);
+        stats
     }
 
     /// The spill file, once one exists.

@@ -69,10 +69,16 @@ impl DeviceEngine {
             None => return None,
         };
         let budget = limits.budget.unwrap_or(u64::MAX);
+        let keeps_rebuild_room = self.keeps_rebuild_room(limits);
         let mut used = self.device_committed();
         for (d, spilled) in due {
             let fits = decide::use_fits(&plan, budget, now, d);
-            let ceiling = decide::ceiling(budget, &headroom, d, fits);
+            let mut ceiling = decide::ceiling(budget, &headroom, d, fits);
+            if keeps_rebuild_room {
+                let rebuilt_first = lock(&self.index)
+                    .rebuild_bytes_between(placement.absolute(0), placement.absolute(d));
+                ceiling = decide::ceiling_beside_rebuilds(ceiling, rebuilt_first);
+            }
             if used + spilled.bytes > ceiling {
                 // Room for the soonest one left out is made by evicting tensors used after it;
                 // the later ones wait for their turn.

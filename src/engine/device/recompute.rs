@@ -1,18 +1,24 @@
 //! Dropping a victim to be rebuilt instead of moving it: the memory rule checked against the
-//! plan, the policy's decision asked, the adapter told to drop.
+//! plan, the policy's decision asked, the adapter told to drop; and under `both`, the
+//! behaviour each plan runs with.
 
-use std::sync::Arc;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
 use std::time::Duration;
 
 use crate::engine::index::{Candidate, RebuildPlan};
 use crate::engine::ledger::Direction;
 use crate::engine::slot::Tier;
 use crate::engine::transfer::on_worker;
+use crate::plan::{self, DeviceProfile};
 use crate::policy::PolicyKind;
 use crate::policy::plan::{KeyAt, NextUse, UsePlan};
-use crate::policy::recompute::{self, OnOpThread, Rebuild, RebuildTimes, RecomputeMode, Victim};
+use crate::policy::recompute::{
+    self, Behaviour, OnOpThread, Rebuild, RebuildTimes, RecomputeMode, Victim,
+};
 use crate::policy::victim::Bandwidth;
+use crate::tape::StepTape;
 
 use super::step::Placement;
 use super::{DeviceEngine, Limits, lock};
@@ -53,21 +59,162 @@ impl DropContext {
     }
 }
 
+/// The behaviour `both` runs the steps of the plan in force with: none until a plan has
+/// chosen one of [`recompute::BEHAVIOURS`] (weighing each victim meanwhile). The choice is a
+/// dry run of the recorded step per behaviour, which takes a good part of a second on a step
+/// of thousands of ops, so it runs on a thread of its own while the steps go on; a choice made
+/// for a plan or limits no longer in force is discarded.
+#[derive(Default)]
+pub(super) struct BehaviourCell {
+    /// One plus the chosen behaviour's place in [`recompute::BEHAVIOURS`] (0: none yet).
+    code: AtomicU8,
+    /// Counts the choices started and forgotten: a choice lands only if none started since.
+    generation: AtomicU64,
+    /// The thread making the latest choice.
+    choosing: Mutex<Option<JoinHandle<()>>>,
+}
+
+impl BehaviourCell {
+    /// The behaviour chosen, if one was.
+    fn get(&self) -> Option<Behaviour> {
+        let code = self.code.load(Ordering::Relaxed);
+        let at = usize::from(code).checked_sub(1)?;
+        recompute::BEHAVIOURS.get(at).copied()
+    }
+
+    /// Sets `behaviour` if no choice started or was forgotten since `generation`'s.
+    fn land(&self, generation: u64, behaviour: Behaviour) {
+        let at = recompute::BEHAVIOURS
+            .iter()
+            .position(|b| *b == behaviour)
+            .unwrap_or(0);
+        let _current = lock(&self.choosing);
+        if self.generation.load(Ordering::Relaxed) == generation {
+            self.code.store(at as u8 + 1, Ordering::Relaxed);
+        }
+    }
+
+    /// Starts a choice: the generation it lands under.
+    fn start(&self) -> u64 {
+        self.generation.fetch_add(1, Ordering::Relaxed) + 1
+    }
+
+    /// Discards the choice in force and any under way (new limits call for a new one).
+    pub(super) fn forget(&self) {
+        let _current = lock(&self.choosing);
+        self.generation.fetch_add(1, Ordering::Relaxed);
+        self.code.store(0, Ordering::Relaxed);
+    }
+
+    /// Waits for the latest choice under way, if any.
+    pub(super) fn settle(&self) {
+        let choosing = lock(&self.choosing).take();
+        if let Some(thread) = choosing
+            && thread.join().is_err()
+        {
+            tracing::warn!(target: "burn_spill::plan",
+                "choosing the behaviour of `both` failed; it keeps the one in force");
+        }
+    }
+}
+
 impl DeviceEngine {
+    /// What the engine does with its victims under `limits`: the configured mode, or under
+    /// `both` the victims of the behaviour the plan in force was given (weighing each victim,
+    /// `both`, before one was).
+    pub(crate) fn recompute_behaviour(&self, limits: &Limits) -> RecomputeMode {
+        self.chosen_behaviour(limits)
+            .map_or(limits.recompute, |behaviour| behaviour.victims)
+    }
+
+    /// Whether prefetches keep room for the rebuilds before their use: under `both`, when the
+    /// plan in force was given a behaviour that does.
+    pub(super) fn keeps_rebuild_room(&self, limits: &Limits) -> bool {
+        self.chosen_behaviour(limits)
+            .is_some_and(|behaviour| behaviour.keeps_rebuild_room)
+    }
+
+    /// Under `both` with a budget, once a plan chose it: the behaviour the planned steps run
+    /// with (what [`crate::RecomputeStats::behaviour`] reports).
+    pub(super) fn chosen_behaviour(&self, limits: &Limits) -> Option<Behaviour> {
+        if limits.recompute != RecomputeMode::Both || limits.budget.is_none() {
+            return None;
+        }
+        self.behaviour.get()
+    }
+
+    /// Sets the device profile `both` dry-runs its steps on (`None`: this machine as
+    /// measured).
+    pub fn set_rebuild_profile(&self, profile: Option<DeviceProfile>) {
+        *lock(&self.rebuild_profile) = profile.map(Arc::new);
+    }
+
+    /// Under `both`, with a budget: chooses the behaviour the steps of the plan made from
+    /// `tape` run with, by dry-running `tape` with each on the configured profile (or this
+    /// machine as measured: links and op times as this run saw them) and taking the fastest.
+    /// Starts where the plan is made, once per plan, and lands when the dry runs are done (see
+    /// [`BehaviourCell`]).
+    pub(super) fn choose_behaviour(&self, tape: &Arc<StepTape>) {
+        let limits = self.limits();
+        let Some(budget) = limits.budget else { return };
+        if limits.recompute != RecomputeMode::Both {
+            return;
+        }
+        let profile = match lock(&self.rebuild_profile).clone() {
+            Some(profile) => profile,
+            None => Arc::new(DeviceProfile::measured(&self.ledger.stats())),
+        };
+        let settings = plan::Settings {
+            budget,
+            host_limit: limits.host_limit,
+            policy: limits.policy,
+            prefetch_window: limits.prefetch_window,
+            asynchronous: limits.asynchronous,
+            recompute: RecomputeMode::Both,
+            keeps_rebuild_room: false,
+        };
+        let cell = self.behaviour.clone();
+        let tape = tape.clone();
+        let mut choosing = lock(&cell.choosing);
+        let generation = cell.start();
+        let choose = {
+            let cell = cell.clone();
+            move || {
+                let op_seconds = plan::cost::op_seconds(&tape, &profile);
+                let gaps = plan::cost::host_gaps(&tape, &profile);
+                let chosen = plan::behaviour::choose(&tape, &profile, &op_seconds, &gaps, settings);
+                tracing::info!(target: "burn_spill::plan", behaviour = %chosen.behaviour,
+                    profile = %profile.name, predicted = ?chosen.predicted,
+                    "`both` runs the planned steps with the behaviour its dry run predicts fastest");
+                cell.land(generation, chosen.behaviour);
+            }
+        };
+        // A thread that cannot start leaves the behaviour in force.
+        match std::thread::Builder::new()
+            .name("burn-spill-behaviour".into())
+            .spawn(choose)
+        {
+            Ok(thread) => *choosing = Some(thread),
+            Err(error) => tracing::warn!(target: "burn_spill::plan", %error,
+                "no thread to choose the behaviour of `both`; it keeps the one in force"),
+        }
+    }
+
     /// The context for dropping victims in an eviction pass of the device tier, or `None` when
     /// nothing may be dropped (swap only, or no plan yet to tell that the inputs stay alive).
     pub(super) fn drop_context(&self, limits: &Limits) -> Option<DropContext> {
         // The memory rule reads the plan at the step's position, which a marked step counts
         // (outside one, found by the period detector, the position is not kept per op).
         let marked = self.in_marked_step.load(Ordering::Relaxed);
-        if !limits.recompute.may_drop() || !limits.planning() || !marked {
+        let mode = self.recompute_behaviour(limits);
+        if !mode.may_drop() || !limits.planning() || !marked {
             return None;
         }
         let plan = self.plan()?;
         let (step, now) = self.recorder.position();
         let moves = self.ledger.moves(Direction::DeviceToHost);
         Some(DropContext {
-            mode: limits.recompute,
+            mode,
             policy: limits.policy,
             budget: limits.budget?,
             plan,
@@ -176,5 +323,35 @@ impl DeviceEngine {
             .iter()
             .all(|&input| outlives(input))
             .then_some(distance)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::policy::recompute::BEHAVIOURS;
+
+    #[test]
+    fn a_choice_lands_unless_another_started_or_the_limits_changed_since() {
+        let cell = BehaviourCell::default();
+        assert_eq!(cell.get(), None, "none before a plan");
+        let first = cell.start();
+        cell.land(first, BEHAVIOURS[2]);
+        assert_eq!(cell.get(), Some(BEHAVIOURS[2]));
+        let older = cell.start();
+        let newer = cell.start();
+        cell.land(newer, BEHAVIOURS[3]);
+        cell.land(older, BEHAVIOURS[1]);
+        assert_eq!(
+            cell.get(),
+            Some(BEHAVIOURS[3]),
+            "the older choice is discarded"
+        );
+        let stale = cell.start();
+        cell.forget();
+        assert_eq!(cell.get(), None, "new limits forget the choice");
+        cell.land(stale, BEHAVIOURS[4]);
+        assert_eq!(cell.get(), None, "and the one under way");
+        cell.settle();
     }
 }

@@ -278,21 +278,21 @@ impl DeviceEngine {
                 let transfer_ops = self.transfer_ops.load(Ordering::Relaxed);
                 let transfer_ops = decide::settle_lookahead(&plan, now, transfer_ops, self.pace());
                 let mut target = decide::settle_target(budget, &plan, now, transfer_ops);
-                if limits.recompute.may_drop() {
+                let drops = self.recompute_behaviour(limits).may_drop();
+                if drops {
                     target =
                         target.saturating_sub(self.rebuild_room(&plan, step, now, transfer_ops));
                 }
                 // Looked for only when an eviction runs (most ops under a budget run none), and
                 // only on a device that moves its victims (see `settle_ahead`).
-                let ahead = (!limits.recompute.may_drop() && self.device_committed() > target)
-                    .then(|| {
-                        let (level, after) = decide::settle_ahead(budget, &plan, now, transfer_ops);
-                        let placement = Placement { plan, step, now };
-                        Room {
-                            level,
-                            beyond: placement.absolute(after),
-                        }
-                    });
+                let ahead = (!drops && self.device_committed() > target).then(|| {
+                    let (level, after) = decide::settle_ahead(budget, &plan, now, transfer_ops);
+                    let placement = Placement { plan, step, now };
+                    Room {
+                        level,
+                        beyond: placement.absolute(after),
+                    }
+                });
                 Some((target, ahead))
             }
             _ => None,

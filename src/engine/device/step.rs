@@ -148,6 +148,7 @@ impl DeviceEngine {
             Some(_) if diverged => None,
             Some(tape) => {
                 self.check_windows(&tape);
+                self.choose_behaviour(&tape);
                 let mut plan = UsePlan::from_tape(&tape, previous.as_deref());
                 if let Some(old) = self.plan() {
                     plan.inherit_carried(&old);
