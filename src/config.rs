@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 use crate::SpillError;
 use crate::plan::DeviceProfile;
 use crate::plan::cost::KernelModel;
-use crate::policy::recompute::RebuildTimes;
+use crate::policy::recompute::{RebuildRoom, RebuildTimes};
 use crate::policy::{PolicyKind, RecomputeMode};
 
 /// How much device memory tensors may occupy.
@@ -125,6 +125,7 @@ pub struct SpillConfig {
     pool_cleanup_margin_bytes: Option<u64>,
     recompute: RecomputeMode,
     rebuild_profile: Option<String>,
+    rebuild_room: Option<RebuildRoom>,
 }
 
 /// Which cold store spilled bytes try first past the host tier, when a remote tier is
@@ -202,6 +203,7 @@ impl Default for SpillConfig {
             pool_cleanup_margin_bytes: None,
             recompute: RecomputeMode::Swap,
             rebuild_profile: None,
+            rebuild_room: None,
         }
     }
 }
@@ -226,6 +228,8 @@ pub const ENV_VERIFY: &str = "BURN_SPILL_VERIFY";
 pub const ENV_RECOMPUTE: &str = "BURN_SPILL_RECOMPUTE";
 /// Environment variable overriding [`SpillConfig::rebuild_profile`].
 pub const ENV_REBUILD_PROFILE: &str = "BURN_SPILL_REBUILD_PROFILE";
+/// Environment variable overriding [`SpillConfig::rebuild_room`].
+pub const ENV_REBUILD_ROOM: &str = "BURN_SPILL_REBUILD_ROOM";
 
 /// What `remote_tier` accepts.
 pub(crate) const REMOTE_ACCEPTED: &str = "a Redis URL: redis://[[user]:password@]host[:port][/db] or unix:///path (TLS, rediss://, is not built in)";
@@ -364,6 +368,22 @@ impl SpillConfig {
     /// See [`rebuild_profile`](Self::rebuild_profile) (`None` = the default for the backend).
     pub fn get_rebuild_profile(&self) -> Option<&str> {
         self.rebuild_profile.as_deref()
+    }
+
+    /// Where room for the rebuilds of dropped tensors is made ahead of their ops (see
+    /// [`RebuildRoom`]): by the settle after each op only (`at_settle`), also beside each
+    /// prefetch (`beside_prefetches`), or also in the prefetch walk (`in_prefetch_walk`). Under
+    /// `recompute` the default is `at_settle`; under `both`, unset, each plan's dry run
+    /// chooses it with the rest of its behaviour, and set, `both` chooses only among the
+    /// behaviours that make room there. `BURN_SPILL_REBUILD_ROOM` overrides it.
+    pub fn rebuild_room(mut self, room: RebuildRoom) -> Self {
+        self.rebuild_room = Some(room);
+        self
+    }
+
+    /// See [`rebuild_room`](Self::rebuild_room) (`None` = the default for the mode).
+    pub fn get_rebuild_room(&self) -> Option<RebuildRoom> {
+        self.rebuild_room
     }
 
     /// Where a rebuild's op time comes from on a backend whose ops are asynchronous or not.
@@ -676,6 +696,9 @@ impl SpillConfig {
         if let Some(v) = get(ENV_RECOMPUTE) {
             self.recompute = v.parse().map_err(|e| rename(e, ENV_RECOMPUTE))?;
         }
+        if let Some(v) = get(ENV_REBUILD_ROOM) {
+            self.rebuild_room = Some(v.parse().map_err(|e| rename(e, ENV_REBUILD_ROOM))?);
+        }
         if let Some(v) = get(ENV_REBUILD_PROFILE) {
             rebuild_profile_named(&v, ENV_REBUILD_PROFILE)?;
             self.rebuild_profile = Some(v.trim().to_string());
@@ -921,6 +944,21 @@ mod tests {
                 && err.contains("swap, recompute, both"),
             "{err}"
         );
+        let err = SpillConfig::default()
+            .with_overrides_from(env(&[(ENV_REBUILD_ROOM, "everywhere")]))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("BURN_SPILL_REBUILD_ROOM")
+                && err.contains("everywhere")
+                && err.contains(RebuildRoom::ACCEPTED),
+            "{err}"
+        );
+        let room = SpillConfig::default()
+            .with_overrides_from(env(&[(ENV_REBUILD_ROOM, " In-Prefetch-Walk ")]))
+            .unwrap();
+        assert_eq!(room.get_rebuild_room(), Some(RebuildRoom::InPrefetchWalk));
+        assert_eq!(SpillConfig::default().get_rebuild_room(), None);
         let err = SpillConfig::default()
             .with_overrides_from(env(&[(ENV_REBUILD_PROFILE, "h300")]))
             .unwrap_err()

@@ -241,6 +241,31 @@ fn transformer_with_both_swap_and_recompute_trains_identically_at_30_percent() {
     );
 }
 
+/// Room for rebuilds made ahead in each place the config can name (`SpillConfig::rebuild_room`):
+/// recompute only trains identically with each, and drops.
+#[test]
+fn recompute_with_room_for_rebuilds_made_anywhere_trains_identically_at_30_percent() {
+    use burn_spill::policy::recompute::RebuildRoom;
+    for room in [
+        RebuildRoom::AtSettle,
+        RebuildRoom::BesidePrefetches,
+        RebuildRoom::InPrefetchWalk,
+    ] {
+        let shape = move |config: SpillConfig| dropping(config).rebuild_room(room);
+        let stats = marked(gpt::<Trained>, gpt::<Spilled>, 4, &shape);
+        report(
+            &format!("transformer, recompute, rebuild room {room}"),
+            &stats,
+        );
+        assert!(
+            stats.recompute.rebuilt > 0,
+            "{room}: nothing rebuilt: {:?}",
+            stats.recompute
+        );
+        assert_eq!(stats.recompute.behaviour, None, "only `both` chooses");
+    }
+}
+
 /// `both` with a card's figures: each rebuild is timed as its kernel on the named profile,
 /// not by its measured time. On an H200, whose memory is about 90 times faster than its link,
 /// elementwise outputs are rebuilt rather than moved; on a made-up card with the same link

@@ -32,6 +32,7 @@ mod common;
 use burn::backend::Autodiff;
 use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::{Bool, DType, FloatDType, Int, IntDType, Tensor, TensorData, Transaction};
+use burn_spill::policy::recompute::RebuildRoom;
 use burn_spill::{PolicyKind, RecomputeMode, SpillConfig};
 use common::{ExclusiveDevice, Plain, Spill, assert_same_data};
 use proptest::prelude::*;
@@ -1237,13 +1238,19 @@ fn check_program_recompute(
     grad: bool,
     mode: RecomputeMode,
     window: usize,
+    room: Option<RebuildRoom>,
 ) {
     let _device = ExclusiveDevice::take();
-    let what = format!("budget {budget}, autodiff {grad}, recompute {mode}, window {window}");
-    let config = SpillConfig::default()
+    let what = format!(
+        "budget {budget}, autodiff {grad}, recompute {mode}, window {window}, rebuild room {room:?}"
+    );
+    let mut config = SpillConfig::default()
         .policy(PolicyKind::NextUse)
         .prefetch_window(window)
         .recompute(mode);
+    if let Some(room) = room {
+        config = config.rebuild_room(room);
+    }
     let check = |spill: &Outcome, plain: &Outcome| {
         compare(&what, plain, spill);
         let stats = Spill::stats(&Default::default());
@@ -1335,8 +1342,14 @@ proptest! {
         grad in any::<bool>(),
         mode in prop_oneof![Just(RecomputeMode::Recompute), Just(RecomputeMode::Both)],
         window in 0usize..4,
+        room in prop_oneof![
+            Just(None),
+            Just(Some(RebuildRoom::AtSettle)),
+            Just(Some(RebuildRoom::BesidePrefetches)),
+            Just(Some(RebuildRoom::InPrefetchWalk)),
+        ],
     ) {
-        check_program_recompute(&program, budget, grad, mode, window);
+        check_program_recompute(&program, budget, grad, mode, window, room);
     }
 }
 
@@ -1524,7 +1537,7 @@ fn a_recompute_program_that_once_failed() {
             keep: true,
         },
     ];
-    check_program_recompute(&program, 448, true, RecomputeMode::Both, 3);
+    check_program_recompute(&program, 448, true, RecomputeMode::Both, 3, None);
 }
 
 /// A fixed program that touches every instruction, so a change that breaks one shows up without

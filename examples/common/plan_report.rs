@@ -100,16 +100,13 @@ pub fn table(runs: &[DryRun]) -> String {
         );
     }
     // `both` runs each budget's steps with the behaviour its dry run predicts fastest.
-    let chose: Vec<String> = runs
-        .iter()
-        .filter_map(|r| {
-            let behaviour = r.both_chose?;
-            let of_peak = 100.0 * r.budget as f64 / r.unlimited_peak.max(1) as f64;
-            Some(format!("{of_peak:.0}%: {behaviour}"))
-        })
-        .collect();
-    if !chose.is_empty() {
-        let _ = writeln!(out, "`both` chose, per budget: {}", chose.join("; "));
+    for r in runs {
+        let Some(chose) = r.both_chose else { continue };
+        let of_peak = 100.0 * r.budget as f64 / r.unlimited_peak.max(1) as f64;
+        let _ = writeln!(out, "`both` at {of_peak:.0}% chose: {chose}");
+        for (behaviour, overhead) in &r.both_predicted {
+            let _ = writeln!(out, "    {:>+8.1}%  {behaviour}", overhead * 100.0);
+        }
     }
     out
 }

@@ -127,6 +127,7 @@ impl<B: Backend> SpillBackend<B> {
             verify_restores: config.is_verifying_restores(),
             remote_first: config.get_tier_order() == crate::TierOrder::RemoteThenDisk,
             recompute: config.get_recompute(),
+            rebuild_room: config.get_rebuild_room(),
             rebuild_times: rebuild_profile
                 .as_ref()
                 .map_or(RebuildTimes::Measured, |profile| {

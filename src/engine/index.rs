@@ -594,6 +594,18 @@ impl Index {
             .collect()
     }
 
+    /// The dropped tensors to be rebuilt at absolute positions up to `until`, with their keys
+    /// and bytes.
+    pub fn rebuilds_until(&self, until: u64) -> Vec<(TensorId, KeyAt, u64)> {
+        self.rebuilds
+            .range(..=(until, TensorId::MAX))
+            .filter_map(|&(_, id)| {
+                let e = self.entries.get(&id)?;
+                Some((id, e.key?, e.bytes))
+            })
+            .collect()
+    }
+
     /// Spilled tensors with a key, no prefetch under way and placed at or before `until`
     /// (absolute; see `set_due`), soonest first.
     pub fn due_until(&self, until: u64) -> Vec<Spilled> {

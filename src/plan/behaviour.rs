@@ -1,7 +1,7 @@
 //! What `both` runs the steps of a plan with: each of its behaviours dry-run on the recorded
 //! step, and the fastest taken ([`crate::policy::recompute::fastest_behaviour`] decides).
 
-use crate::policy::recompute::{self, BEHAVIOURS, Behaviour};
+use crate::policy::recompute::{self, BEHAVIOURS, Behaviour, RebuildRoom};
 use crate::tape::StepTape;
 
 use super::profile::DeviceProfile;
@@ -15,21 +15,25 @@ pub(crate) struct Chosen {
     pub predicted: Vec<(Behaviour, f64)>,
 }
 
-/// Simulates `tape` under `settings` with each of [`BEHAVIOURS`] and picks the fastest (what
-/// `settings.recompute` says is ignored: `both` is the mode that chooses).
+/// Simulates `tape` under `settings` with each of [`BEHAVIOURS`] the config allows (where it
+/// sets room for rebuilds to be made: `configured_room`) and picks the fastest (what
+/// `settings.recompute` and `settings.rebuild_room` say is ignored: `both` is the mode that
+/// chooses).
 pub(crate) fn choose(
     tape: &StepTape,
     profile: &DeviceProfile,
     op_seconds: &[f64],
     gaps: &(Vec<f64>, f64),
     settings: Settings,
+    configured_room: Option<RebuildRoom>,
 ) -> Chosen {
     let mut runs: Vec<(Behaviour, Simulated)> = BEHAVIOURS
         .iter()
+        .filter(|behaviour| behaviour.allowed_by(configured_room))
         .map(|&behaviour| {
             let settings = Settings {
                 recompute: behaviour.victims,
-                keeps_rebuild_room: behaviour.keeps_rebuild_room,
+                rebuild_room: behaviour.rebuild_room,
                 ..settings
             };
             (

@@ -54,6 +54,10 @@ pub struct DryRun {
     /// every victim it may (`recompute`), as the engine chooses it from the same dry run
     /// ([`crate::policy::recompute::fastest_behaviour`]). `None` otherwise.
     pub both_chose: Option<crate::policy::recompute::Behaviour>,
+    /// Under `recompute = both` with a budget: each behaviour's predicted overhead (as
+    /// [`overhead`](Self::overhead)), in the order of
+    /// [`BEHAVIOURS`](crate::policy::recompute::BEHAVIOURS). Empty otherwise.
+    pub both_predicted: Vec<(crate::policy::recompute::Behaviour, f64)>,
     /// The same step with unlimited device memory: nothing moves.
     pub unlimited_step_seconds: f64,
     /// Its device peak: the budget above which nothing moves.
@@ -145,7 +149,9 @@ pub fn dry_run_over_budget(
         prefetch_window: u32::try_from(config.get_prefetch_window()).unwrap_or(u32::MAX),
         asynchronous: config.is_asynchronous(),
         recompute: config.get_recompute(),
-        keeps_rebuild_room: false,
+        rebuild_room: config
+            .get_rebuild_room()
+            .unwrap_or(crate::policy::recompute::RebuildRoom::AtSettle),
     };
     let unlimited = simulate(
         tape,
@@ -157,19 +163,28 @@ pub fn dry_run_over_budget(
             ..settings
         },
     );
-    let (simulated, both_chose) = if budget == u64::MAX {
-        (unlimited.clone(), None)
+    let (simulated, both_chose, both_predicted) = if budget == u64::MAX {
+        (unlimited.clone(), None, Vec::new())
     } else if settings.recompute == crate::RecomputeMode::Both {
-        let chosen = behaviour::choose(tape, profile, &op_seconds, &gaps, settings);
-        (chosen.simulated, Some(chosen.behaviour))
+        let room = config.get_rebuild_room();
+        let chosen = behaviour::choose(tape, profile, &op_seconds, &gaps, settings, room);
+        (chosen.simulated, Some(chosen.behaviour), chosen.predicted)
     } else {
-        (simulate(tape, profile, &op_seconds, &gaps, settings), None)
+        let simulated = simulate(tape, profile, &op_seconds, &gaps, settings);
+        (simulated, None, Vec::new())
     };
-    let overhead = if unlimited.step_seconds > 0.0 {
-        simulated.step_seconds / unlimited.step_seconds - 1.0
-    } else {
-        0.0
+    let overhead_of = |seconds: f64| {
+        if unlimited.step_seconds > 0.0 {
+            seconds / unlimited.step_seconds - 1.0
+        } else {
+            0.0
+        }
     };
+    let overhead = overhead_of(simulated.step_seconds);
+    let both_predicted = both_predicted
+        .into_iter()
+        .map(|(behaviour, seconds)| (behaviour, overhead_of(seconds)))
+        .collect();
     let belady_min_bytes = if budget == u64::MAX {
         0
     } else {
@@ -184,6 +199,7 @@ pub fn dry_run_over_budget(
         overhead,
         simulated,
         both_chose,
+        both_predicted,
     })
 }
 

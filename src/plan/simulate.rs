@@ -41,7 +41,7 @@ use crate::policy::PolicyKind;
 use crate::policy::handoff::{self, MoveHistory};
 use crate::policy::plan::{KeyAt, NextUse, PlanKey, UsePlan, keys_and_uses, positions_of};
 use crate::policy::prefetch as decide;
-use crate::policy::recompute::{self, OnOpThread, Rebuild, RecomputeMode, Victim};
+use crate::policy::recompute::{self, OnOpThread, Rebuild, RebuildRoom, RecomputeMode, Victim};
 use crate::policy::victim::{self, Bandwidth, Candidate, Takes};
 use crate::policy::windows;
 use crate::tape::StepTape;
@@ -58,9 +58,8 @@ pub(crate) struct Settings {
     pub prefetch_window: u32,
     pub asynchronous: bool,
     pub recompute: RecomputeMode,
-    /// Whether prefetches keep room for the rebuilds before their use (a behaviour `both`
-    /// may choose: [`recompute::Behaviour::keeps_rebuild_room`]).
-    pub keeps_rebuild_room: bool,
+    /// Where room for rebuilds is made ahead (a behaviour `both` may choose).
+    pub rebuild_room: RebuildRoom,
 }
 
 /// Bytes moved in each direction.
@@ -1137,12 +1136,23 @@ impl<'a> Sim<'a> {
                         .then(|| (next_use.distance_or(u32::MAX), *id))
                 })
                 .collect();
+            // Rebuilds take their turn in the walk, as prefetches that move nothing.
+            let mut rebuilds_in_walk: HashSet<TensorId> = HashSet::new();
+            if self.settings.rebuild_room == RebuildRoom::InPrefetchWalk {
+                for (id, place) in &self.place {
+                    if *place == Place::Dropped
+                        && let NextUse::In(d) = self.next_use(*id, now)
+                        && decide::is_rebuild_due(d, reach)
+                    {
+                        rebuilds_in_walk.insert(*id);
+                        due.push((d, *id));
+                    }
+                }
+            }
             due.sort_unstable();
             if let Some(&(furthest, _)) = due.last() {
                 let headroom = self.plan.headroom_curve(now, furthest + 1);
-                let rebuilds = self
-                    .settings
-                    .keeps_rebuild_room
+                let beside = (self.settings.rebuild_room == RebuildRoom::BesidePrefetches)
                     .then(|| self.rebuilds_ahead(now));
                 // What is still leaving counts until it has left, as in the engine.
                 let mut used = self.device;
@@ -1150,7 +1160,7 @@ impl<'a> Sim<'a> {
                     let bytes = self.size(id);
                     let fits = decide::use_fits(self.plan, budget, now, d);
                     let mut ceiling = decide::ceiling(budget, &headroom, d, fits);
-                    if let Some(rebuilds) = &rebuilds {
+                    if let Some(rebuilds) = &beside {
                         ceiling = decide::ceiling_beside_rebuilds(ceiling, rebuilds.bytes_until(d));
                     }
                     if used + bytes > ceiling {
@@ -1158,6 +1168,9 @@ impl<'a> Sim<'a> {
                         break;
                     }
                     used += bytes;
+                    if rebuilds_in_walk.contains(&id) {
+                        continue;
+                    }
                     let history = if self.place.get(&id) == Some(&Place::Disk) {
                         self.learnt.moves.from_disk
                     } else {
@@ -1276,7 +1289,7 @@ mod tests {
                 prefetch_window: 0,
                 asynchronous: false,
                 recompute,
-                keeps_rebuild_room: false,
+                rebuild_room: RebuildRoom::AtSettle,
             };
             Sim::new(
                 &self.tape,
@@ -1412,7 +1425,7 @@ mod tests {
                 prefetch_window: 0,
                 asynchronous: false,
                 recompute,
-                keeps_rebuild_room: false,
+                rebuild_room: RebuildRoom::AtSettle,
             };
             let mut sim = Sim::new(
                 &t,
@@ -1487,7 +1500,7 @@ mod tests {
             prefetch_window: 8,
             asynchronous: false,
             recompute: RecomputeMode::Swap,
-            keeps_rebuild_room: false,
+            rebuild_room: RebuildRoom::AtSettle,
         };
         let learnt = Learnt::default();
         let mut sim = Sim::new(&t, &profile, &plan, &op_seconds, &gaps, settings, learnt);

@@ -43,14 +43,22 @@ pub fn ceiling(budget: u64, headroom: &[u64], distance: u32, use_fits: bool) -> 
     budget.saturating_sub(ahead)
 }
 
-/// A prefetch's [`ceiling`] under a behaviour that keeps room for rebuilds
-/// ([`Behaviour::keeps_rebuild_room`](super::recompute::Behaviour)): less the bytes of the
+/// A prefetch's [`ceiling`] where room for rebuilds is made beside prefetches
+/// ([`RebuildRoom::BesidePrefetches`](super::recompute::RebuildRoom)): less the bytes of the
 /// dropped tensors rebuilt before the prefetched tensor's use (`rebuilt_first`). The plan's
 /// headroom counts what the recorded step made, in which those tensors stayed on the device;
 /// their rebuilds make them again, and a device filled by prefetches would have to evict for
 /// them while their op waits.
 pub fn ceiling_beside_rebuilds(ceiling: u64, rebuilt_first: u64) -> u64 {
     ceiling.saturating_sub(rebuilt_first)
+}
+
+/// Whether a dropped tensor rebuilt `distance` ops from now takes its turn in the prefetch walk
+/// that looks `reach` ops ahead, where rebuilds go there
+/// ([`RebuildRoom::InPrefetchWalk`](super::recompute::RebuildRoom)): within the reach, as a
+/// prefetch (a rebuild earns no lead: it never arrives late, its op waits for it).
+pub fn is_rebuild_due(distance: u32, reach: u32) -> bool {
+    distance <= reach
 }
 
 /// Whether the op `distance` ops after position `now` (wrapping into the next step) fits

@@ -309,25 +309,75 @@ pub struct Behaviour {
     /// `both` those whose rebuild costs the ops less time than their move (see
     /// [`prefer_recompute`]).
     pub victims: RecomputeMode,
-    /// Whether a prefetch leaves room for the dropped tensors rebuilt before the tensor it
-    /// brings back is used (see [`crate::policy::prefetch::ceiling_beside_rebuilds`]).
-    pub keeps_rebuild_room: bool,
+    /// Where room for the dropped tensors' rebuilds is made ahead of their ops.
+    pub rebuild_room: RebuildRoom,
+}
+
+/// Where the engine makes room ahead for the rebuilds of dropped tensors. A rebuild's bytes
+/// come back at its op with no move to announce them; room not made before is an eviction that
+/// op waits for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RebuildRoom {
+    /// Only the settle after each op, for the rebuilds due within its reach
+    /// ([`crate::policy::prefetch::rebuild_reach`]); prefetches fill the device as they would
+    /// without drops.
+    AtSettle,
+    /// Also each prefetch, which leaves room for the rebuilds due before its tensor's use
+    /// ([`crate::policy::prefetch::ceiling_beside_rebuilds`]).
+    BesidePrefetches,
+    /// Also the prefetch walk, in which a rebuild due within the prefetch reach takes its turn
+    /// by its use, as a prefetch of its bytes that moves nothing: one that does not fit stops
+    /// the walk, and room is made for it by evicting tensors used after it, as for a prefetch.
+    InPrefetchWalk,
+}
+
+impl RebuildRoom {
+    /// The names `FromStr` accepts.
+    pub const ACCEPTED: &'static str = "at_settle, beside_prefetches, in_prefetch_walk";
+}
+
+impl fmt::Display for RebuildRoom {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            RebuildRoom::AtSettle => "at_settle",
+            RebuildRoom::BesidePrefetches => "beside_prefetches",
+            RebuildRoom::InPrefetchWalk => "in_prefetch_walk",
+        })
+    }
+}
+
+impl FromStr for RebuildRoom {
+    type Err = SpillError;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s.trim().to_ascii_lowercase().replace('-', "_").as_str() {
+            "at_settle" | "settle" => Ok(RebuildRoom::AtSettle),
+            "beside_prefetches" => Ok(RebuildRoom::BesidePrefetches),
+            "in_prefetch_walk" => Ok(RebuildRoom::InPrefetchWalk),
+            _ => Err(SpillError::InvalidValue {
+                field: "rebuild_room",
+                value: s.to_string(),
+                accepted: Self::ACCEPTED,
+            }),
+        }
+    }
 }
 
 impl Behaviour {
-    /// `victims`, with prefetches that fill the device as without drops.
-    pub const fn plain(victims: RecomputeMode) -> Self {
-        Behaviour {
-            victims,
-            keeps_rebuild_room: false,
-        }
+    /// Whether `both` may run this behaviour when the config sets where room for rebuilds is
+    /// made (`configured`, see [`SpillConfig::rebuild_room`](crate::SpillConfig::rebuild_room)):
+    /// always when it does not, and otherwise when the behaviour makes room there or drops
+    /// nothing.
+    pub fn allowed_by(&self, configured: Option<RebuildRoom>) -> bool {
+        configured.is_none_or(|room| room == self.rebuild_room || !self.victims.may_drop())
     }
 
-    /// `victims`, with prefetches that keep room for the rebuilds before their use.
-    pub const fn keeping_rebuild_room(victims: RecomputeMode) -> Self {
+    /// `victims`, with room for rebuilds made where `rebuild_room` says.
+    pub const fn new(victims: RecomputeMode, rebuild_room: RebuildRoom) -> Self {
         Behaviour {
             victims,
-            keeps_rebuild_room: true,
+            rebuild_room,
         }
     }
 }
@@ -339,8 +389,12 @@ impl fmt::Display for Behaviour {
             RecomputeMode::Swap => "moves every victim",
             RecomputeMode::Recompute => "drops every victim it may",
         })?;
-        if self.keeps_rebuild_room && self.victims.may_drop() {
-            f.write_str(", prefetches keeping room for rebuilds")?;
+        if self.victims.may_drop() {
+            f.write_str(match self.rebuild_room {
+                RebuildRoom::AtSettle => "",
+                RebuildRoom::BesidePrefetches => ", prefetches leaving room for rebuilds",
+                RebuildRoom::InPrefetchWalk => ", rebuilds in the prefetch walk",
+            })?;
         }
         Ok(())
     }
@@ -348,39 +402,41 @@ impl fmt::Display for Behaviour {
 
 /// The ways [`RecomputeMode::Both`] can run the steps of a plan, in the order a tie goes:
 /// weighing each victim's move against its rebuild first, then moving every victim, then
-/// dropping every victim the memory rule allows; each dropping one with prefetches that fill
-/// the device as they would without drops, and with prefetches that keep room for the
-/// rebuilds (moving every victim rebuilds nothing, so keeping room would change nothing).
-pub const BEHAVIOURS: [Behaviour; 5] = [
-    Behaviour::plain(RecomputeMode::Both),
-    Behaviour::keeping_rebuild_room(RecomputeMode::Both),
-    Behaviour::plain(RecomputeMode::Swap),
-    Behaviour::plain(RecomputeMode::Recompute),
-    Behaviour::keeping_rebuild_room(RecomputeMode::Recompute),
+/// dropping every victim the memory rule allows; each dropping one with room for rebuilds made
+/// by the settle only, beside prefetches, or in the prefetch walk (moving every victim
+/// rebuilds nothing, so where room for rebuilds is made changes nothing).
+pub const BEHAVIOURS: [Behaviour; 7] = [
+    Behaviour::new(RecomputeMode::Both, RebuildRoom::AtSettle),
+    Behaviour::new(RecomputeMode::Both, RebuildRoom::BesidePrefetches),
+    Behaviour::new(RecomputeMode::Both, RebuildRoom::InPrefetchWalk),
+    Behaviour::new(RecomputeMode::Swap, RebuildRoom::AtSettle),
+    Behaviour::new(RecomputeMode::Recompute, RebuildRoom::AtSettle),
+    Behaviour::new(RecomputeMode::Recompute, RebuildRoom::BesidePrefetches),
+    Behaviour::new(RecomputeMode::Recompute, RebuildRoom::InPrefetchWalk),
 ];
 
 /// Which of [`BEHAVIOURS`] `both` runs the steps of a plan with, from the step time a dry run
 /// of the recorded step predicts for each (`predicted`, in seconds): the fastest, a tie going
 /// to the earlier in [`BEHAVIOURS`]. `None` when nothing was predicted.
 ///
-/// Why `both` does not always weigh, nor keep the same prefetches: the weighing prices one
-/// victim at a time, its move against its rebuild, and cannot see what a drop does to the rest
-/// of the step: a rebuild's bytes come back at its op with no prefetch to make room for them,
-/// so the room is an eviction the op waits for, and the tensors that are not moved change
-/// which ones the link moves instead. Over a whole step those effects can make weighing slower
-/// than either plain behaviour. Keeping room for the rebuilds in the prefetches turns those
-/// waited-for evictions into prefetches held back, which pays while the budget leaves room to
-/// spare and costs much more than it saves in a tight one. Measured on the planner (a GPT of
-/// 125M parameters at batch 2 on `h200-pcie5`, cost_aware, window 512; overhead at 50, 33 and
-/// 25% of the peak):
+/// Why `both` does not run one rule: the weighing prices one victim at a time, its move
+/// against its rebuild, and cannot see what a drop does to the rest of the step: a rebuild's
+/// bytes come back at its op with no move to announce them, so room not made ahead is an
+/// eviction the op waits for, and the tensors that are not moved change which ones the link
+/// moves instead. Making that room ahead pays while the budget leaves room to spare and holds
+/// prefetches back, at a far higher cost, in a tight one. Over a whole step no one behaviour
+/// is fastest at every budget. Measured on the planner (`h200-pcie5`, cost_aware, window 512;
+/// a GPT of 125M parameters and ResNet-50 at batch 2; overhead at 50, 33 and 25% of the peak):
 ///
 /// | behaviour | GPT | ResNet-50 |
 /// | --- | --- | --- |
-/// | weighs each victim | +110.6, +187.1, +226.1% | +3.4, +15.1, +21.9% |
-/// | the same, keeping room for rebuilds | +102.8, +181.5, +265.8% | +3.4, +11.6, +69.7% |
-/// | moves every victim | +108.1, +226.5, +305.9% | +12.8, +21.8, +45.1% |
-/// | drops every victim it may | +109.0, +190.1, +225.9% | +10.1, +16.8, +23.0% |
-/// | the same, keeping room for rebuilds | +106.8, +184.9, +265.5% | +10.1, +15.1, +67.6% |
+/// | weighs each victim | +110.6, +187.1, +226.1% | +3.5, +15.1, +22.0% |
+/// | the same, room beside prefetches | +102.7, +181.5, +265.7% | +3.5, +11.6, +69.7% |
+/// | the same, rebuilds in the prefetch walk | +77.2, +207.4, +299.7% | +3.5, +11.0, +18.0% |
+/// | moves every victim | +108.1, +226.4, +305.8% | +12.8, +21.8, +45.2% |
+/// | drops every victim it may | +108.9, +190.0, +225.8% | +10.1, +16.8, +23.0% |
+/// | the same, room beside prefetches | +106.8, +184.8, +265.5% | +10.1, +15.1, +67.6% |
+/// | the same, rebuilds in the prefetch walk | +106.8, +211.5, +299.4% | +10.1, +13.1, +19.8% |
 pub fn fastest_behaviour(predicted: &[(Behaviour, f64)]) -> Option<Behaviour> {
     let mut fastest: Option<(Behaviour, f64)> = None;
     for &behaviour in &BEHAVIOURS {
@@ -556,37 +612,71 @@ mod tests {
 
     #[test]
     fn both_runs_the_behaviour_predicted_fastest_and_weighs_on_a_tie() {
+        use RebuildRoom::{AtSettle, BesidePrefetches, InPrefetchWalk};
         use RecomputeMode::{Both, Recompute, Swap};
-        let weigh = Behaviour::plain(Both);
-        let weigh_keeping = Behaviour::keeping_rebuild_room(Both);
-        let swap = Behaviour::plain(Swap);
-        let drop = Behaviour::plain(Recompute);
+        let weigh = Behaviour::new(Both, AtSettle);
+        let weigh_beside = Behaviour::new(Both, BesidePrefetches);
+        let swap = Behaviour::new(Swap, AtSettle);
+        let drop = Behaviour::new(Recompute, AtSettle);
+        let drop_in_walk = Behaviour::new(Recompute, InPrefetchWalk);
         assert_eq!(
-            fastest_behaviour(&[(weigh, 2.0), (swap, 1.5), (drop, 1.8), (weigh_keeping, 1.7)]),
+            fastest_behaviour(&[(weigh, 2.0), (swap, 1.5), (drop, 1.8), (weigh_beside, 1.7)]),
             Some(swap)
         );
         assert_eq!(
-            fastest_behaviour(&[(drop, 1.0), (swap, 1.5), (weigh, 2.0)]),
-            Some(drop),
+            fastest_behaviour(&[(drop_in_walk, 1.0), (swap, 1.5), (weigh, 2.0)]),
+            Some(drop_in_walk),
             "the order of the predictions does not matter"
         );
         assert_eq!(
-            fastest_behaviour(&[(swap, 1.0), (weigh_keeping, 1.0), (weigh, 1.0), (drop, 1.0)]),
+            fastest_behaviour(&[(swap, 1.0), (weigh_beside, 1.0), (weigh, 1.0), (drop, 1.0)]),
             Some(weigh),
-            "a tie keeps weighing, with plain prefetches"
+            "a tie keeps weighing, with room for rebuilds made by the settle"
         );
         assert_eq!(fastest_behaviour(&[(swap, 1.0), (drop, 1.0)]), Some(swap));
         assert_eq!(
-            fastest_behaviour(&[(Behaviour::keeping_rebuild_room(Swap), 0.5), (swap, 1.0)]),
+            fastest_behaviour(&[(Behaviour::new(Swap, InPrefetchWalk), 0.5), (swap, 1.0)]),
             Some(swap),
             "only the behaviours `both` runs are chosen"
         );
         assert_eq!(fastest_behaviour(&[]), None);
         assert_eq!(
-            weigh_keeping.to_string(),
-            "weighs each victim, prefetches keeping room for rebuilds"
+            weigh_beside.to_string(),
+            "weighs each victim, prefetches leaving room for rebuilds"
+        );
+        assert_eq!(
+            drop_in_walk.to_string(),
+            "drops every victim it may, rebuilds in the prefetch walk"
         );
         assert_eq!(swap.to_string(), "moves every victim");
+        for (i, a) in BEHAVIOURS.iter().enumerate() {
+            assert!(!BEHAVIOURS[i + 1..].contains(a), "{a} twice");
+            assert!(a.victims.may_drop() || a.rebuild_room == AtSettle, "{a:?}");
+        }
+    }
+
+    #[test]
+    fn a_configured_rebuild_room_limits_what_both_may_choose() {
+        use RebuildRoom::{AtSettle, BesidePrefetches, InPrefetchWalk};
+        for room in [AtSettle, BesidePrefetches, InPrefetchWalk] {
+            assert_eq!(room.to_string().parse::<RebuildRoom>().unwrap(), room);
+            let allowed: Vec<_> = BEHAVIOURS
+                .iter()
+                .filter(|b| b.allowed_by(Some(room)))
+                .collect();
+            assert_eq!(allowed.len(), 3, "{room}: weighing, moving, dropping");
+            assert!(
+                allowed
+                    .iter()
+                    .all(|b| b.rebuild_room == room || !b.victims.may_drop())
+            );
+        }
+        assert!(BEHAVIOURS.iter().all(|b| b.allowed_by(None)));
+        let err = "anywhere".parse::<RebuildRoom>().unwrap_err().to_string();
+        assert!(
+            err.contains("anywhere") && err.contains(RebuildRoom::ACCEPTED),
+            "{err}"
+        );
     }
 
     #[test]

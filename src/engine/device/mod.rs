@@ -111,6 +111,9 @@ pub struct Limits {
     pub recompute: RecomputeMode,
     /// Where a rebuild's op time comes from when `recompute` weighs it against a move.
     pub rebuild_times: RebuildTimes,
+    /// Where room for rebuilds is made ahead, when the config sets it (under `both`, it
+    /// limits the behaviours a plan may choose).
+    pub rebuild_room: Option<crate::policy::recompute::RebuildRoom>,
 }
 
 impl Limits {

@@ -4,13 +4,39 @@
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
+use crate::engine::index::Spilled;
 use crate::engine::ledger::Direction;
-use crate::engine::slot::Tier;
+use crate::engine::slot::{TensorId, Tier};
 use crate::engine::transfer::{Job, Lane};
+use crate::policy::plan::NextUse;
 use crate::policy::prefetch as decide;
+use crate::policy::recompute::RebuildRoom;
 
 use super::step::Placement;
 use super::{DeviceEngine, Limits, lock};
+
+/// One turn of the prefetch walk: a spilled tensor to bring back, or a dropped tensor whose
+/// rebuild takes room the walk keeps from later prefetches ([`RebuildRoom::InPrefetchWalk`]).
+enum Turn {
+    Prefetch(Spilled),
+    Rebuild { id: TensorId, bytes: u64 },
+}
+
+impl Turn {
+    fn id(&self) -> TensorId {
+        match self {
+            Turn::Prefetch(spilled) => spilled.id,
+            Turn::Rebuild { id, .. } => *id,
+        }
+    }
+
+    fn bytes(&self) -> u64 {
+        match self {
+            Turn::Prefetch(spilled) => spilled.bytes,
+            Turn::Rebuild { bytes, .. } => *bytes,
+        }
+    }
+}
 
 /// Room a prefetch waits for: the device level at which it fits, to be reached by evicting
 /// only tensors next used after `beyond` (an absolute position; see [`crate::engine::index::absolute`]).
@@ -37,12 +63,19 @@ impl DeviceEngine {
             step,
             now,
         };
+        let rebuild_room = self.rebuild_room(limits);
         // A tensor is due within the reach plus its lead, and each is placed its lead before
-        // its use: the scan looks as far as the reach.
-        let mut due: Vec<(u32, crate::engine::index::Spilled)> = {
+        // its use: the scan looks as far as the reach. Where the behaviour says so, rebuilds
+        // due within the reach take their turn too, as prefetches that move nothing.
+        let mut due: Vec<(u32, Turn)> = {
             let mut index = lock(&self.index);
             let soon = index.due_until(placement.absolute(reach));
-            if soon.is_empty() {
+            let rebuilds = if rebuild_room == RebuildRoom::InPrefetchWalk {
+                index.rebuilds_until(placement.absolute(reach))
+            } else {
+                Vec::new()
+            };
+            if soon.is_empty() && rebuilds.is_empty() {
                 return None;
             }
             let leads = lock(&self.leads);
@@ -55,38 +88,52 @@ impl DeviceEngine {
                 let lead = leads.get(&s.key.key).copied().unwrap_or(0);
                 let next_use = plan.next_use(s.key, step, now);
                 if decide::is_due(next_use, reach, lead) {
-                    due.push((next_use.distance_or(u32::MAX), s));
+                    due.push((next_use.distance_or(u32::MAX), Turn::Prefetch(s)));
                 } else {
                     // Placed under an older position, plan or lead: place it again.
                     index.set_due(s.id, placement.due_with_lead(next_use, lead));
                 }
             }
+            for (id, key, bytes) in rebuilds {
+                if let NextUse::In(d) = plan.next_use(key, step, now)
+                    && decide::is_rebuild_due(d, reach)
+                {
+                    due.push((d, Turn::Rebuild { id, bytes }));
+                }
+            }
             due
         };
-        due.sort_by_key(|(d, s)| (*d, s.id));
+        due.sort_by_key(|(d, turn)| (*d, turn.id()));
         let headroom = match due.last() {
             Some((furthest, _)) => plan.headroom_curve(now, furthest + 1),
             None => return None,
         };
         let budget = limits.budget.unwrap_or(u64::MAX);
-        let keeps_rebuild_room = self.keeps_rebuild_room(limits);
         let mut used = self.device_committed();
-        for (d, spilled) in due {
+        for (d, turn) in due {
             let fits = decide::use_fits(&plan, budget, now, d);
             let mut ceiling = decide::ceiling(budget, &headroom, d, fits);
-            if keeps_rebuild_room {
+            if rebuild_room == RebuildRoom::BesidePrefetches {
                 let rebuilt_first = lock(&self.index)
                     .rebuild_bytes_between(placement.absolute(0), placement.absolute(d));
                 ceiling = decide::ceiling_beside_rebuilds(ceiling, rebuilt_first);
             }
-            if used + spilled.bytes > ceiling {
+            if used + turn.bytes() > ceiling {
                 // Room for the soonest one left out is made by evicting tensors used after it;
                 // the later ones wait for their turn.
                 return Some(Room {
-                    level: ceiling.saturating_sub(spilled.bytes),
+                    level: ceiling.saturating_sub(turn.bytes()),
                     beyond: placement.absolute(d),
                 });
             }
+            let spilled = match turn {
+                Turn::Prefetch(spilled) => spilled,
+                Turn::Rebuild { bytes, .. } => {
+                    // Its op rebuilds it; the room it takes is kept from later prefetches.
+                    used += bytes;
+                    continue;
+                }
+            };
             let Some(victim) = lock(&self.index).start_flight(spilled.id) else {
                 continue;
             };

@@ -15,7 +15,7 @@ use crate::plan::{self, DeviceProfile};
 use crate::policy::PolicyKind;
 use crate::policy::plan::{KeyAt, NextUse, UsePlan};
 use crate::policy::recompute::{
-    self, Behaviour, OnOpThread, Rebuild, RebuildTimes, RecomputeMode, Victim,
+    self, Behaviour, OnOpThread, Rebuild, RebuildRoom, RebuildTimes, RecomputeMode, Victim,
 };
 use crate::policy::victim::Bandwidth;
 use crate::tape::StepTape;
@@ -127,11 +127,12 @@ impl DeviceEngine {
             .map_or(limits.recompute, |behaviour| behaviour.victims)
     }
 
-    /// Whether prefetches keep room for the rebuilds before their use: under `both`, when the
-    /// plan in force was given a behaviour that does.
-    pub(super) fn keeps_rebuild_room(&self, limits: &Limits) -> bool {
+    /// Where room for rebuilds is made ahead: under `both`, as the behaviour of the plan in
+    /// force says; otherwise where the config says (by the settle only by default).
+    pub(super) fn rebuild_room(&self, limits: &Limits) -> RebuildRoom {
+        let configured = limits.rebuild_room.unwrap_or(RebuildRoom::AtSettle);
         self.chosen_behaviour(limits)
-            .is_some_and(|behaviour| behaviour.keeps_rebuild_room)
+            .map_or(configured, |behaviour| behaviour.rebuild_room)
     }
 
     /// Under `both` with a budget, once a plan chose it: the behaviour the planned steps run
@@ -171,7 +172,7 @@ impl DeviceEngine {
             prefetch_window: limits.prefetch_window,
             asynchronous: limits.asynchronous,
             recompute: RecomputeMode::Both,
-            keeps_rebuild_room: false,
+            rebuild_room: RebuildRoom::AtSettle,
         };
         let cell = self.behaviour.clone();
         let tape = tape.clone();
@@ -182,7 +183,14 @@ impl DeviceEngine {
             move || {
                 let op_seconds = plan::cost::op_seconds(&tape, &profile);
                 let gaps = plan::cost::host_gaps(&tape, &profile);
-                let chosen = plan::behaviour::choose(&tape, &profile, &op_seconds, &gaps, settings);
+                let chosen = plan::behaviour::choose(
+                    &tape,
+                    &profile,
+                    &op_seconds,
+                    &gaps,
+                    settings,
+                    limits.rebuild_room,
+                );
                 tracing::info!(target: "burn_spill::plan", behaviour = %chosen.behaviour,
                     profile = %profile.name, predicted = ?chosen.predicted,
                     "`both` runs the planned steps with the behaviour its dry run predicts fastest");

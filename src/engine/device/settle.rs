@@ -280,8 +280,12 @@ impl DeviceEngine {
                 let mut target = decide::settle_target(budget, &plan, now, transfer_ops);
                 let drops = self.recompute_behaviour(limits).may_drop();
                 if drops {
-                    target =
-                        target.saturating_sub(self.rebuild_room(&plan, step, now, transfer_ops));
+                    target = target.saturating_sub(self.rebuild_bytes_due(
+                        &plan,
+                        step,
+                        now,
+                        transfer_ops,
+                    ));
                 }
                 // Looked for only when an eviction runs (most ops under a budget run none), and
                 // only on a device that moves its victims (see `settle_ahead`).
@@ -343,7 +347,13 @@ impl DeviceEngine {
 
     /// Bytes of the dropped tensors rebuilt within [`decide::rebuild_reach`] of position `now`:
     /// room the settle keeps beside the ops' own.
-    fn rebuild_room(&self, plan: &Arc<UsePlan>, step: u64, now: u32, transfer_ops: u32) -> u64 {
+    fn rebuild_bytes_due(
+        &self,
+        plan: &Arc<UsePlan>,
+        step: u64,
+        now: u32,
+        transfer_ops: u32,
+    ) -> u64 {
         let placement = Placement {
             plan: plan.clone(),
             step,
