@@ -31,6 +31,7 @@ use std::path::{Path, PathBuf};
 use std::str::FromStr;
 
 use burn_spill::plan::{self, DryRun, SWEEP_FRACTIONS};
+use burn_spill::policy::recompute::RebuildRoom;
 use burn_spill::tape::StepTape;
 use burn_spill::{DeviceBudget, PolicyKind, Preset, RecomputeMode, SpillConfig, parse_bytes};
 use usage::exit_usage;
@@ -90,6 +91,11 @@ struct Cli {
     /// swap).
     #[arg(long, value_parser = parse_recompute, default_value = "swap")]
     recompute: RecomputeMode,
+
+    /// Where room for rebuilds is made ahead: at_settle, beside_prefetches or
+    /// in_prefetch_walk (default: at_settle under recompute; under both, chosen per budget).
+    #[arg(long, value_parser = parse_rebuild_room)]
+    rebuild_room: Option<RebuildRoom>,
 
     /// How many ops ahead spilled tensors are brought back (default: the preset's).
     #[arg(long)]
@@ -172,6 +178,15 @@ fn parse_recompute(value: &str) -> Result<RecomputeMode, String> {
     })
 }
 
+fn parse_rebuild_room(value: &str) -> Result<RebuildRoom, String> {
+    RebuildRoom::from_str(value).map_err(|_| {
+        format!(
+            "`{value}` is not a place for rebuild room; accepted: {}",
+            RebuildRoom::ACCEPTED
+        )
+    })
+}
+
 fn parse_policy(value: &str) -> Result<PolicyKind, String> {
     PolicyKind::from_str(value).map_err(|_| {
         format!(
@@ -225,6 +240,9 @@ fn config(cli: &Cli) -> SpillConfig {
     }
     if let Some(window) = cli.prefetch_window {
         config = config.prefetch_window(window);
+    }
+    if let Some(room) = cli.rebuild_room {
+        config = config.rebuild_room(room);
     }
     match cli.host_limit {
         Some(limit) => config.host_limit_bytes(limit),
