@@ -32,7 +32,8 @@
 //!   it. The built-in GPUs leave it at 0: there the host runs ahead of the device and hides
 //!   it; `measured` takes it from the engine's clock, since on a CPU backend it shows.
 
-use std::collections::{HashMap, HashSet};
+// The crate's hasher: `both` runs seven of these dry runs per plan, and SipHash was a tenth of them.
+use crate::fast_hash::{FastMap as HashMap, FastSet as HashSet};
 
 use serde::Serialize;
 
@@ -331,7 +332,7 @@ impl<'a> Sim<'a> {
             }
             positions_after.push(ran);
         }
-        let mut drops_after: HashMap<u32, Vec<TensorId>> = HashMap::new();
+        let mut drops_after: HashMap<u32, Vec<TensorId>> = HashMap::default();
         for d in &tape.drops {
             drops_after.entry(d.after_ops).or_default().push(d.id);
         }
@@ -347,10 +348,10 @@ impl<'a> Sim<'a> {
             positions_after,
             sizes: tape.tensors.iter().map(|t| (t.id, t.bytes)).collect(),
             drops_after,
-            place: HashMap::new(),
+            place: HashMap::default(),
             in_flight: Vec::new(),
-            last_use: HashMap::new(),
-            prefetched: HashSet::new(),
+            last_use: HashMap::default(),
+            prefetched: HashSet::default(),
             device: 0,
             leaving: 0,
             host: 0,
@@ -361,9 +362,9 @@ impl<'a> Sim<'a> {
             recipes: if settings.recompute.may_drop() {
                 recipes(tape)
             } else {
-                HashMap::new()
+                HashMap::default()
             },
-            drop_depth: HashMap::new(),
+            drop_depth: HashMap::default(),
             link_utilization: 0.0,
             mean_op_seconds: op_seconds.iter().sum::<f64>() / op_seconds.len().max(1) as f64,
             out: Simulated::default(),
@@ -1098,7 +1099,7 @@ impl<'a> Sim<'a> {
     fn after_op(&mut self, i: usize) {
         let now = self.positions_after[i];
         let budget = self.settings.budget;
-        let none = HashSet::new();
+        let none = HashSet::default();
         let asynchronous = self.settings.asynchronous;
         // A dropped tensor counts, as in the engine: the room for its rebuild is a settle's.
         let off_device = self.host > 0
@@ -1137,7 +1138,7 @@ impl<'a> Sim<'a> {
                 })
                 .collect();
             // Rebuilds take their turn in the walk, as prefetches that move nothing.
-            let mut rebuilds_in_walk: HashSet<TensorId> = HashSet::new();
+            let mut rebuilds_in_walk: HashSet<TensorId> = HashSet::default();
             if self.settings.rebuild_room == RebuildRoom::InPrefetchWalk {
                 for (id, place) in &self.place {
                     if *place == Place::Dropped

@@ -61,17 +61,26 @@ impl DropContext {
 
 /// The behaviour `both` runs the steps of the plan in force with: none until a plan has
 /// chosen one of [`recompute::BEHAVIOURS`] (weighing each victim meanwhile). The choice is a
-/// dry run of the recorded step per behaviour, which takes a good part of a second on a step
-/// of thousands of ops, so it runs on a thread of its own while the steps go on; a choice made
-/// for a plan or limits no longer in force is discarded.
+/// dry run of the recorded step per behaviour, which takes a second or more on a step of
+/// thousands of ops, so it runs on a thread of its own while the steps go on; a choice made
+/// for a plan or limits no longer in force is discarded. A plan made from a new recording of
+/// the same program (the tape records a step again every `tape_resample_steps`) keeps the
+/// choice made for it.
 #[derive(Default)]
 pub(super) struct BehaviourCell {
     /// One plus the chosen behaviour's place in [`recompute::BEHAVIOURS`] (0: none yet).
     code: AtomicU8,
     /// Counts the choices started and forgotten: a choice lands only if none started since.
     generation: AtomicU64,
-    /// The thread making the latest choice.
-    choosing: Mutex<Option<JoinHandle<()>>>,
+    /// The latest choice started.
+    choosing: Mutex<Choosing>,
+}
+
+/// The latest choice started: the step it was made for, and the thread making it.
+#[derive(Default)]
+struct Choosing {
+    tape: Option<Arc<StepTape>>,
+    thread: Option<JoinHandle<()>>,
 }
 
 impl BehaviourCell {
@@ -94,21 +103,32 @@ impl BehaviourCell {
         }
     }
 
-    /// Starts a choice: the generation it lands under.
-    fn start(&self) -> u64 {
-        self.generation.fetch_add(1, Ordering::Relaxed) + 1
+    /// Starts a choice for `tape` in `choosing` (this cell's, locked): the generation it lands
+    /// under, or `None` when the latest choice was started for a recording of the same program
+    /// under the same limits (it stands, or is under way).
+    fn start(&self, choosing: &mut Choosing, tape: &Arc<StepTape>) -> Option<u64> {
+        if choosing
+            .tape
+            .as_ref()
+            .is_some_and(|last| crate::tape::same_program(last, tape).is_ok())
+        {
+            return None;
+        }
+        choosing.tape = Some(tape.clone());
+        Some(self.generation.fetch_add(1, Ordering::Relaxed) + 1)
     }
 
     /// Discards the choice in force and any under way (new limits call for a new one).
     pub(super) fn forget(&self) {
-        let _current = lock(&self.choosing);
+        let mut choosing = lock(&self.choosing);
+        choosing.tape = None;
         self.generation.fetch_add(1, Ordering::Relaxed);
         self.code.store(0, Ordering::Relaxed);
     }
 
     /// Waits for the latest choice under way, if any.
     pub(super) fn settle(&self) {
-        let choosing = lock(&self.choosing).take();
+        let choosing = lock(&self.choosing).thread.take();
         if let Some(thread) = choosing
             && thread.join().is_err()
         {
@@ -175,9 +195,11 @@ impl DeviceEngine {
             rebuild_room: RebuildRoom::AtSettle,
         };
         let cell = self.behaviour.clone();
-        let tape = tape.clone();
         let mut choosing = lock(&cell.choosing);
-        let generation = cell.start();
+        let Some(generation) = cell.start(&mut choosing, tape) else {
+            return;
+        };
+        let tape = tape.clone();
         let choose = {
             let cell = cell.clone();
             move || {
@@ -202,7 +224,7 @@ impl DeviceEngine {
             .name("burn-spill-behaviour".into())
             .spawn(choose)
         {
-            Ok(thread) => *choosing = Some(thread),
+            Ok(thread) => choosing.thread = Some(thread),
             Err(error) => tracing::warn!(target: "burn_spill::plan", %error,
                 "no thread to choose the behaviour of `both`; it keeps the one in force"),
         }
@@ -339,15 +361,32 @@ mod tests {
     use super::*;
     use crate::policy::recompute::BEHAVIOURS;
 
+    /// A step of `ops` adds.
+    fn step(ops: usize) -> Arc<StepTape> {
+        let op = |i: usize| crate::tape::OpRecord {
+            name: "float_add".into(),
+            inputs: vec![i as u64],
+            outputs: vec![i as u64 + 1],
+            start_ns: 0,
+            duration_ns: 1,
+            thread: 1,
+        };
+        Arc::new(StepTape {
+            ops: (0..ops).map(op).collect(),
+            ..Default::default()
+        })
+    }
+
     #[test]
     fn a_choice_lands_unless_another_started_or_the_limits_changed_since() {
         let cell = BehaviourCell::default();
+        let start = |tape: &Arc<StepTape>| cell.start(&mut lock(&cell.choosing), tape);
         assert_eq!(cell.get(), None, "none before a plan");
-        let first = cell.start();
+        let first = start(&step(1)).unwrap();
         cell.land(first, BEHAVIOURS[2]);
         assert_eq!(cell.get(), Some(BEHAVIOURS[2]));
-        let older = cell.start();
-        let newer = cell.start();
+        let older = start(&step(2)).unwrap();
+        let newer = start(&step(3)).unwrap();
         cell.land(newer, BEHAVIOURS[3]);
         cell.land(older, BEHAVIOURS[1]);
         assert_eq!(
@@ -355,11 +394,22 @@ mod tests {
             Some(BEHAVIOURS[3]),
             "the older choice is discarded"
         );
-        let stale = cell.start();
+        let stale = start(&step(4)).unwrap();
         cell.forget();
         assert_eq!(cell.get(), None, "new limits forget the choice");
         cell.land(stale, BEHAVIOURS[4]);
         assert_eq!(cell.get(), None, "and the one under way");
         cell.settle();
+    }
+
+    #[test]
+    fn a_new_recording_of_the_same_program_keeps_its_choice() {
+        let cell = BehaviourCell::default();
+        let start = |tape: &Arc<StepTape>| cell.start(&mut lock(&cell.choosing), tape);
+        assert!(start(&step(5)).is_some());
+        assert_eq!(start(&step(5)), None, "the same program: no new dry runs");
+        assert!(start(&step(6)).is_some(), "another program is chosen for");
+        cell.forget();
+        assert!(start(&step(6)).is_some(), "and so is any after new limits");
     }
 }
