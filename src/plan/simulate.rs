@@ -1304,9 +1304,68 @@ mod tests {
         }
     }
 
-    /// The dry run makes room ahead for the ops a slow link would fall behind for as the
-    /// engine's settle does: from the moves it simulated (their pace per byte, without each
-    /// move's fixed cost) against the ops' mean time.
+    /// In the prefetch walk a rebuild due before a spilled tensor's use takes its room first:
+    /// `d = exp(x)` is dropped and rebuilt at op 2, `s` is on the host and read at op 3. Under
+    /// 7 KiB, with 3 KiB on the device and the ops up to op 3 making 3 KiB, `s` fits beside the
+    /// ops' room but not beside `d`'s rebuild too: the walk that counts the rebuild holds `s`
+    /// back (and makes room for it), and so does a ceiling that leaves room beside prefetches;
+    /// the walk that leaves rebuilds to the settle prefetches it.
+    #[test]
+    fn a_rebuild_in_the_prefetch_walk_holds_back_a_prefetch_used_after_it() {
+        const KIB: u64 = 1024;
+        let t = tape(
+            &[
+                ("float_exp", &[1], &[2]),
+                ("float_neg", &[9], &[3]),
+                ("float_add", &[2, 1], &[4]),
+                ("float_add", &[6, 3], &[5]),
+            ],
+            &[1, 2, 3, 4, 5, 6, 9].map(|id| (id, KIB)),
+            &[],
+        );
+        let profile = slow_device();
+        let plan = carry::repeating_plan(&t, &carry::pairs(&t));
+        let (op_seconds, gaps) = (vec![1e-6; 4], (vec![0.0; 4], 0.0));
+        let prefetched = |rebuild_room| {
+            let settings = Settings {
+                budget: 7 * KIB,
+                host_limit: None,
+                policy: PolicyKind::NextUse,
+                prefetch_window: 8,
+                asynchronous: false,
+                recompute: RecomputeMode::Recompute,
+                rebuild_room,
+            };
+            let learnt = Learnt::default();
+            let mut sim = Sim::new(&t, &profile, &plan, &op_seconds, &gaps, settings, learnt);
+            for (id, place) in [
+                (1, Place::Device),
+                (2, Place::Dropped),
+                (3, Place::Device),
+                (6, Place::Host),
+                (9, Place::Device),
+            ] {
+                sim.place.insert(id, place);
+            }
+            sim.device = 3 * KIB;
+            sim.host = KIB;
+            sim.after_op(0);
+            sim.prefetched.contains(&6)
+        };
+        assert!(
+            prefetched(RebuildRoom::AtSettle),
+            "the ops' room alone leaves room for `s`"
+        );
+        assert!(
+            !prefetched(RebuildRoom::InPrefetchWalk),
+            "`d`'s rebuild takes the room first"
+        );
+        assert!(
+            !prefetched(RebuildRoom::BesidePrefetches),
+            "`s`'s ceiling leaves room for `d`'s rebuild"
+        );
+    }
+
     #[test]
     fn the_rebuilds_ahead_count_up_to_the_use_they_are_asked_for() {
         let ahead = RebuildsAhead {
@@ -1318,6 +1377,9 @@ mod tests {
         assert_eq!(ahead.bytes_until(u32::MAX), 115);
     }
 
+    /// The dry run makes room ahead for the ops a slow link would fall behind for as the
+    /// engine's settle does: from the moves it simulated (their pace per byte, without each
+    /// move's fixed cost) against the ops' mean time.
     #[test]
     fn the_settle_looks_ahead_from_the_simulated_moves_as_the_engine_does() {
         const KIB: u64 = 1024;
