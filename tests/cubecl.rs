@@ -310,23 +310,44 @@ fn training_is_exact<I: Backend>(model: Model) -> Vec<(String, SpillStats)> {
 /// backend does unless told otherwise, under `next_use` and under `cost_aware` (the presets'
 /// policy, which also ranks victims by the cheaper of the two while the link is busy: their
 /// rebuild costs are read on the workers' passes too); the synchronous one drops what it may.
+/// Two more asynchronous runs drop what they may with room for the rebuilds made beside the
+/// prefetches and in the prefetch walk (`SpillConfig::rebuild_room`), which `both` may choose:
+/// those change which prefetches the workers run, and when.
 fn training_with_recompute_is_exact<I: Backend>(model: Model) {
     use burn_spill::RecomputeMode;
+    use burn_spill::policy::recompute::RebuildRoom;
     let device = I::Device::default();
     let _reset = Reset::<I>(device.clone());
     let (plain, budget, preset) = plain_run_at_30_percent::<I>(model, &device);
-    for (asynchronous, mode, policy) in [
-        (true, RecomputeMode::Both, PolicyKind::NextUse),
-        (false, RecomputeMode::Recompute, PolicyKind::NextUse),
-        (true, RecomputeMode::Both, PolicyKind::CostAware),
+    for (asynchronous, mode, policy, room) in [
+        (true, RecomputeMode::Both, PolicyKind::NextUse, None),
+        (false, RecomputeMode::Recompute, PolicyKind::NextUse, None),
+        (true, RecomputeMode::Both, PolicyKind::CostAware, None),
+        (
+            true,
+            RecomputeMode::Recompute,
+            PolicyKind::CostAware,
+            Some(RebuildRoom::BesidePrefetches),
+        ),
+        (
+            true,
+            RecomputeMode::Recompute,
+            PolicyKind::CostAware,
+            Some(RebuildRoom::InPrefetchWalk),
+        ),
     ] {
-        let what = format!("{model:?} at 30% ({budget} B), {mode}, {policy}, async {asynchronous}");
-        let config = preset
+        let what = format!(
+            "{model:?} at 30% ({budget} B), {mode}, {policy}, async {asynchronous}, rebuild room {room:?}"
+        );
+        let mut config = preset
             .clone()
             .policy(policy)
             .recompute(mode)
             .device_budget_bytes(budget)
             .asynchronous(asynchronous);
+        if let Some(room) = room {
+            config = config.rebuild_room(room);
+        }
         SpillBackend::<I>::configure(&device, config).unwrap();
         let before = SpillBackend::<I>::stats(&device);
         let spilled =
