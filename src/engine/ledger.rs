@@ -118,8 +118,11 @@ fn raise_peak(peak: &AtomicU64, now: u64) {
 /// block.
 #[derive(Debug, Default)]
 pub struct Ledger {
-    tensors: AtomicU64,
-    bytes: AtomicU64,
+    // Live tensors and their bytes are derived (created less released; the tiers plus the
+    // dropped bytes) rather than counted: each counter is one more atomic read-modify-write
+    // on every tensor's creation and drop, the engine's costliest instructions while memory
+    // is ample.
+    released_total: AtomicU64,
     parameter_tensors: AtomicU64,
     parameter_bytes: AtomicU64,
     peak_bytes: AtomicU64,
@@ -157,15 +160,30 @@ pub struct Ledger {
 impl Ledger {
     /// Records a new live tensor of `bytes` bytes on the device.
     pub fn on_create(&self, bytes: u64, role: TensorRole) {
-        self.tensors.fetch_add(1, Ordering::Relaxed);
         self.created_total.fetch_add(1, Ordering::Relaxed);
-        let now = self.bytes.fetch_add(bytes, Ordering::Relaxed) + bytes;
-        raise_peak(&self.peak_bytes, now);
         if role == TensorRole::Parameter {
             self.parameter_tensors.fetch_add(1, Ordering::Relaxed);
             self.parameter_bytes.fetch_add(bytes, Ordering::Relaxed);
         }
         self.add_to_tier(Tier::Device, bytes, role);
+        raise_peak(&self.peak_bytes, self.live_bytes());
+    }
+
+    /// Bytes of the live tensors, wherever they are: the tiers' bytes and the dropped ones.
+    /// (A move between tiers on another thread counts its bytes twice, or not at all, for the
+    /// instant between its two updates.)
+    fn live_bytes(&self) -> u64 {
+        self.tier.iter().map(|t| t.load(Ordering::Relaxed)).sum::<u64>()
+            + self.dropped_now.load(Ordering::Relaxed)
+    }
+
+    /// Live tensors: created less released.
+    fn live_tensors(&self) -> u64 {
+        let released = self.released_total.load(Ordering::Relaxed);
+        // Read apart from `released`, a racing creation and drop may be seen in either order.
+        self.created_total
+            .load(Ordering::Relaxed)
+            .saturating_sub(released)
     }
 
     /// Records a tensor dropped from the device, to be rebuilt when next used: its bytes are
@@ -204,8 +222,7 @@ impl Ledger {
     /// Records that the last handle of a tensor is gone; `tier` is where its bytes were
     /// (`None` when an op had already taken them).
     pub fn on_drop(&self, bytes: u64, role: TensorRole, tier: Option<Tier>) {
-        self.tensors.fetch_sub(1, Ordering::Relaxed);
-        self.bytes.fetch_sub(bytes, Ordering::Relaxed);
+        self.released_total.fetch_add(1, Ordering::Relaxed);
         if role == TensorRole::Parameter {
             self.parameter_tensors.fetch_sub(1, Ordering::Relaxed);
             self.parameter_bytes.fetch_sub(bytes, Ordering::Relaxed);
@@ -433,8 +450,8 @@ impl Ledger {
     /// A consistent-enough snapshot (each counter is read atomically on its own).
     pub fn summary(&self) -> LiveSummary {
         LiveSummary {
-            tensors: self.tensors.load(Ordering::Relaxed),
-            bytes: self.bytes.load(Ordering::Relaxed),
+            tensors: self.live_tensors(),
+            bytes: self.live_bytes(),
             parameter_tensors: self.parameter_tensors.load(Ordering::Relaxed),
             parameter_bytes: self.parameter_bytes.load(Ordering::Relaxed),
             peak_bytes: self.peak_bytes.load(Ordering::Relaxed),
@@ -459,7 +476,7 @@ impl Ledger {
             resident,
             peak: tiers(&self.tier_peak),
             parameter_resident,
-            live_tensors: self.tensors.load(Ordering::Relaxed),
+            live_tensors: self.live_tensors(),
             parameter_tensors: self.parameter_tensors.load(Ordering::Relaxed),
             spilled_other_bytes: (resident.host + resident.disk)
                 .saturating_sub(spilled_parameter_bytes),
