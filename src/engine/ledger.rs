@@ -173,7 +173,10 @@ impl Ledger {
     /// (A move between tiers on another thread counts its bytes twice, or not at all, for the
     /// instant between its two updates.)
     fn live_bytes(&self) -> u64 {
-        self.tier.iter().map(|t| t.load(Ordering::Relaxed)).sum::<u64>()
+        self.tier
+            .iter()
+            .map(|t| t.load(Ordering::Relaxed))
+            .sum::<u64>()
             + self.dropped_now.load(Ordering::Relaxed)
     }
 
