@@ -9,7 +9,8 @@
 //!     --device h200-pcie5 --budget 40GiB --max-batch --overhead 10%
 //! ```
 //!
-//! Prints a table; `--sweep` also writes an SVG of predicted overhead against budget (next to
+//! Prints a table; for one budget, also the step's time and moves by phase (forward, backward,
+//! optimizer) with each phase's floor, where the step has a backward. `--sweep` also writes an SVG of predicted overhead against budget (next to
 //! the tape, or at `--svg`). A bad tape, profile, budget or pair of tapes is one line on stderr
 //! and exit code 2.
 
@@ -328,6 +329,12 @@ fn main() {
         vec![or_exit(plan::dry_run(&tape, &profile, &config))]
     };
     print!("{}", plan_report::table(&runs));
+    if let [run] = runs.as_slice()
+        && run.budget != u64::MAX
+        && let Some(phases) = plan::phases(&tape, run, &profile)
+    {
+        print!("{}", plan_report::phases_table(&phases));
+    }
     if cli.sweep {
         let path = cli
             .svg

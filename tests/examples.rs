@@ -187,6 +187,13 @@ fn plan_predicts(tape: &Path) {
         stdout.contains("predicted on a100-pcie4") && stdout.contains("50%"),
         "{stdout}"
     );
+    // A training step: the prediction is also split into its phases.
+    assert!(
+        ["phase", "forward", "backward", "optimizer", "floor"]
+            .iter()
+            .all(|word| stdout.contains(word)),
+        "{stdout}"
+    );
     let svg = tape.with_extension("svg");
     let svg_arg = svg.to_str().unwrap();
     let out = run("plan", &[tape_arg, "--sweep", "--svg", svg_arg]);

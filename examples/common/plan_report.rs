@@ -4,7 +4,7 @@
 
 use std::fmt::Write as _;
 
-use burn_spill::plan::{DeviceProfile, DryRun};
+use burn_spill::plan::{DeviceProfile, DryRun, PhaseFigures};
 use burn_spill::tape::StepTape;
 use burn_spill::{SpillConfig, SpillStats};
 
@@ -107,6 +107,32 @@ pub fn table(runs: &[DryRun]) -> String {
         for (behaviour, overhead) in &r.both_predicted {
             let _ = writeln!(out, "    {:>+8.1}%  {behaviour}", overhead * 100.0);
         }
+    }
+    out
+}
+
+/// One run's time and moves by phase of the step, with each phase's floor (its compute, or its
+/// moves at the link's full rate, whichever is longest): where a budget's overhead comes from.
+pub fn phases_table(phases: &[PhaseFigures]) -> String {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "{:>10} {:>6} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10}",
+        "phase", "ops", "time", "compute", "stall", "to host", "to device", "floor"
+    );
+    for p in phases {
+        let _ = writeln!(
+            out,
+            "{:>10} {:>6} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10}",
+            p.phase.to_string(),
+            p.ops,
+            millis(p.seconds),
+            millis(p.compute_seconds),
+            millis(p.stall_seconds),
+            bytes(p.to_host),
+            bytes(p.to_device),
+            millis(p.floor_seconds),
+        );
     }
     out
 }

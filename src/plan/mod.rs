@@ -23,10 +23,12 @@
 pub(crate) mod behaviour;
 mod carry;
 pub mod cost;
+mod phases;
 mod profile;
 mod search;
 mod simulate;
 
+pub use phases::{Phase, PhaseFigures, phase_ops, phases};
 pub use profile::{BUILTIN_PROFILES, DeviceProfile, MatrixTflops, OpTimes};
 pub use search::{BatchSearch, max_batch, median_tape, scale_tape};
 pub use simulate::{Simulated, Traffic};

@@ -122,6 +122,22 @@ pub struct Simulated {
     pub rebuilds: u64,
     /// Seconds the stream spent on rebuilds (also in `compute_seconds`).
     pub rebuild_seconds: f64,
+    /// The counters as each op began, and after the last one: what [`super::phases`] divides
+    /// by phase.
+    #[serde(skip)]
+    pub(crate) marks: Vec<OpMark>,
+}
+
+/// The simulation's clock and running totals as an op begins (before it waits).
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub(crate) struct OpMark {
+    pub clock: f64,
+    pub compute_seconds: f64,
+    pub stall_seconds: f64,
+    /// Bytes moves brought to the device so far (from the host tier or disk).
+    pub to_device: u64,
+    /// Bytes moves took off the device so far (to the host tier or disk).
+    pub to_host: u64,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -532,6 +548,7 @@ impl<'a> Sim<'a> {
         self.place_sources(start);
         self.drop_after(0);
         for i in 0..self.tape.ops.len() {
+            self.mark();
             self.run_op(i);
             // Handles an op consumed drop as it returns, before the engine's work after it.
             self.drop_after(i as u32 + 1);
@@ -1231,7 +1248,21 @@ impl<'a> Sim<'a> {
         handoff::cheaper_on_op_thread(history, bytes, std::time::Duration::ZERO)
     }
 
+    /// Notes the clock and the running totals (see [`OpMark`]).
+    fn mark(&mut self) {
+        let traffic = &self.out.traffic;
+        let mark = OpMark {
+            clock: self.clock,
+            compute_seconds: self.out.compute_seconds,
+            stall_seconds: self.out.stall_seconds,
+            to_device: traffic.host_to_device + traffic.disk_to_device,
+            to_host: traffic.device_to_host + traffic.device_to_disk,
+        };
+        self.out.marks.push(mark);
+    }
+
     fn finish(mut self) -> Simulated {
+        self.mark();
         self.out.step_seconds = self.clock + self.gaps.1;
         let size = self.settings.prefetch_window.max(1) as usize;
         let rate = self.profile.host_to_device_gb_per_s * 1e9;
