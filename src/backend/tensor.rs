@@ -631,8 +631,15 @@ impl<B: Backend> SpillTensor<B> {
     /// Records where the engine listed this tensor while memory was ample. A tensor is listed
     /// once, as a fresh output: its drop empties only the place recorded here.
     pub(crate) fn mark_listed(&self, place: u32) {
-        let before = self.handle.listed_at.swap(place, Ordering::Relaxed);
-        debug_assert_eq!(before, NOT_LISTED, "tensor {} listed twice", self.id());
+        // A plain store: a swap here was one more atomic read-modify-write per tensor made while
+        // memory is ample.
+        debug_assert_eq!(
+            self.handle.listed_at.load(Ordering::Relaxed),
+            NOT_LISTED,
+            "tensor {} listed twice",
+            self.id()
+        );
+        self.handle.listed_at.store(place, Ordering::Relaxed);
     }
 
     /// Records that the engine's index now knows this tensor.
