@@ -17,7 +17,8 @@ use crate::tape::{StepAnalysis, StepTape};
 pub enum Phase {
     /// From the step's first op to the one before the root gradient.
     Forward,
-    /// From the root gradient to the last op that reads a tensor the forward made.
+    /// From the root gradient to the last op that reads a tensor the forward made and makes
+    /// one of its own (see [`phase_ops`]).
     Backward,
     /// The rest: the optimizer's update (and whatever else the step does after backward).
     Optimizer,

@@ -320,11 +320,11 @@ pub struct Behaviour {
 #[serde(rename_all = "snake_case")]
 pub enum RebuildRoom {
     /// Only the settle after each op, for the rebuilds due within its reach
-    /// ([`crate::policy::prefetch::rebuild_reach`]); prefetches fill the device as they would
+    /// (`rebuild_reach` in `src/policy/prefetch.rs`); prefetches fill the device as they would
     /// without drops.
     AtSettle,
     /// Also each prefetch, which leaves room for the rebuilds due before its tensor's use
-    /// ([`crate::policy::prefetch::ceiling_beside_rebuilds`]).
+    /// (`ceiling_beside_rebuilds` in `src/policy/prefetch.rs`).
     BesidePrefetches,
     /// Also the prefetch walk, in which a rebuild due within the prefetch reach takes its turn
     /// by its use, as a prefetch of its bytes that moves nothing: one that does not fit stops
