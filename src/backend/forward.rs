@@ -408,12 +408,12 @@ macro_rules! forward_body {
             .keeps_recipe()
             .then(|| ( $( $crate::backend::forward::spill_keep!($kind, $arg), )* ));
         let exclusive = op.exclusive();
-        let started = kept.as_ref().map(|_| ::std::time::Instant::now());
+        let started = op.times_recipe().then(::std::time::Instant::now);
         let result = <B as $ops<B>>::$name( $( $arg ),* );
-        let took = started.map(|s| s.elapsed());
+        let took = started.map_or(::std::time::Duration::ZERO, |s| s.elapsed());
         drop(exclusive);
         let out = $crate::backend::forward::spill_wrap!($out, result, op);
-        if let (Some(kept), Some(took)) = (kept, took) {
+        if let Some(kept) = kept {
             op.recipe(&out, took, Box::new(move |args: &mut $crate::backend::recipe::RecipeArgs<B>| {
                 #[allow(clippy::let_unit_value, unused_variables)]
                 let ( $( $arg, )* ) = ::core::clone::Clone::clone(&kept);

@@ -23,7 +23,7 @@ use crate::engine::{
     DeviceEngine, OpInput, OpOutput, OpTicket, TensorId, TensorRole, Tier, UntrackedOp, engine_ref,
 };
 use crate::fast_hash::FastHasher;
-use crate::policy::recompute;
+use crate::policy::recompute::{self, RebuildTimes};
 use crate::tape::TensorView;
 use crate::tape::recorder::OpSignature;
 
@@ -153,6 +153,11 @@ pub(crate) struct OpScope<B: Backend> {
     recording: Option<Recording>,
     /// Whether this op is pure, so that its output may keep a recipe (see `recipe.rs`).
     recomputable: bool,
+    /// Whether its recipe records how long the op took: only where rebuilds are weighed by
+    /// their measured times (`RebuildTimes::Measured`). Where they are modelled (CubeCL, or a
+    /// configured rebuild profile) a measured time is never read, and the two clock reads
+    /// around the op would be all the recipe costs the op's thread beyond its allocations.
+    times_recipe: bool,
     /// Its tensor arguments, for the recipe: noted once the device is known to drop victims.
     recipe_inputs: Option<RecipeInputs<B>>,
     /// Whether the engine was asked if this op runs untracked (see `engine::device::ample`).
@@ -179,6 +184,7 @@ impl<B: Backend> OpScope<B> {
             retired: SmallVec::new(),
             recording: None,
             recomputable: false,
+            times_recipe: false,
             recipe_inputs: None,
             decided: false,
             untracked: None,
@@ -294,13 +300,23 @@ impl<B: Backend> OpScope<B> {
     fn recipe_input(&mut self, tensor: &SpillTensor<B>) {
         if self.recipe_inputs.is_none() {
             let engine = tensor.engine();
-            let keeps = engine.is_tracking()
-                && engine.with_limits(|limits| engine.recompute_behaviour(limits).may_drop())
-                && recompute::rebuilds_exactly(self.name, engine.queues().fuses_ops());
+            let (drops, measured) = if engine.is_tracking() {
+                engine.with_limits(|limits| {
+                    (
+                        engine.recompute_behaviour(limits).may_drop(),
+                        matches!(limits.rebuild_times, RebuildTimes::Measured),
+                    )
+                })
+            } else {
+                (false, false)
+            };
+            let keeps =
+                drops && recompute::rebuilds_exactly(self.name, engine.queues().fuses_ops());
             if !keeps {
                 self.recomputable = false;
                 return;
             }
+            self.times_recipe = measured;
             self.recipe_inputs = Some(SmallVec::new());
         }
         if let Some(inputs) = &mut self.recipe_inputs {
@@ -313,7 +329,13 @@ impl<B: Backend> OpScope<B> {
         self.recipe_inputs.is_some()
     }
 
-    /// Gives `output` its recipe: `rerun` runs the op again, which took `took` this time.
+    /// Whether the recipe records the op's time (see `times_recipe`).
+    pub(crate) fn times_recipe(&self) -> bool {
+        self.keeps_recipe() && self.times_recipe
+    }
+
+    /// Gives `output` its recipe: `rerun` runs the op again, which took `took` this time
+    /// (zero when untimed: see [`times_recipe`](Self::times_recipe)).
     pub(crate) fn recipe(&mut self, output: &SpillTensor<B>, took: Duration, rerun: Rerun<B>) {
         if let Some(inputs) = self.recipe_inputs.take()
             && output.evictable()
