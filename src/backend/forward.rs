@@ -414,7 +414,7 @@ macro_rules! forward_body {
         drop(exclusive);
         let out = $crate::backend::forward::spill_wrap!($out, result, op);
         if let Some(kept) = kept {
-            op.recipe(&out, took, Box::new(move |args: &mut $crate::backend::recipe::RecipeArgs<B>| {
+            op.recipe(&out, took, move |args: &mut $crate::backend::recipe::RecipeArgs<B>| {
                 #[allow(clippy::let_unit_value, unused_variables)]
                 let ( $( $arg, )* ) = ::core::clone::Clone::clone(&kept);
                 $( let $arg = $crate::backend::forward::spill_replay!($kind, $arg, args); )*
@@ -422,7 +422,7 @@ macro_rules! forward_body {
                     $out,
                     <B as $ops<B>>::$name( $( $arg ),* )
                 )
-            }));
+            });
         }
         // `op` drops where it lies once `out` is made: `drop(op)` would copy its 720 bytes.
         out

@@ -17,7 +17,7 @@ use burn_backend::{Backend, DType, Shape, TensorMetadata};
 use smallvec::SmallVec;
 
 use super::device::device_key;
-use super::recipe::{Recipe, RecipeInputs, Rerun, recipe_input};
+use super::recipe::{Recipe, RecipeArgs, RecipeInputs, recipe_input};
 use super::tensor::{Primitive, RetiredHandle, SpillTensor, TensorKind};
 use crate::engine::{
     DeviceEngine, OpInput, OpOutput, OpTicket, TensorId, TensorRole, Tier, UntrackedOp, engine_ref,
@@ -336,11 +336,14 @@ impl<B: Backend> OpScope<B> {
 
     /// Gives `output` its recipe: `rerun` runs the op again, which took `took` this time
     /// (zero when untimed: see [`times_recipe`](Self::times_recipe)).
-    pub(crate) fn recipe(&mut self, output: &SpillTensor<B>, took: Duration, rerun: Rerun<B>) {
+    pub(crate) fn recipe<F>(&mut self, output: &SpillTensor<B>, took: Duration, rerun: F)
+    where
+        F: Fn(&mut RecipeArgs<B>) -> Primitive<B> + Send + Sync + 'static,
+    {
         if let Some(inputs) = self.recipe_inputs.take()
             && output.evictable()
         {
-            output.set_recipe(Recipe::new(self.name, inputs, rerun, took));
+            output.set_recipe(Recipe::boxed(self.name, inputs, rerun, took));
         }
     }
 

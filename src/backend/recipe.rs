@@ -21,20 +21,23 @@ use crate::plan::cost::{self, MatrixDtype, TensorView};
 use crate::policy::recompute::Rebuild;
 
 /// Runs the op again on its inputs' primitives (in argument order).
-pub(crate) type Rerun<B> = Box<dyn Fn(&mut RecipeArgs<B>) -> Primitive<B> + Send + Sync>;
+pub(crate) type Rerun<B> = dyn Fn(&mut RecipeArgs<B>) -> Primitive<B> + Send + Sync;
 
-/// The op that made a tensor, to run again.
-pub(crate) struct Recipe<B: Backend> {
+/// The op that made a tensor, to run again. Made as `Recipe<B, F>` for the op's closure `F`
+/// and kept boxed as `Recipe<B>`: the closure lives in the recipe's own allocation, so that
+/// keeping a recipe costs one allocation, not two.
+pub(crate) struct Recipe<B: Backend, R: ?Sized = Rerun<B>> {
     op: &'static str,
     /// The tensor arguments, in order (an input read twice is here twice).
     inputs: SmallVec<[Weak<Handle<B>>; 3]>,
     /// The inputs, held while the tensor is dropped.
     held: Mutex<SmallVec<[Arc<Handle<B>>; 3]>>,
-    rerun: Rerun<B>,
     /// The op's time when it last ran, in nanoseconds.
     op_nanos: AtomicU64,
     /// When dropped: how many dropped tensors its inputs depended on then.
     depth: AtomicU32,
+    /// Last, as an unsized field must be.
+    rerun: R,
 }
 
 /// The input primitives a [`Rerun`] takes, in argument order.
@@ -76,20 +79,24 @@ impl<B: Backend> RecipeArgs<B> {
 }
 
 impl<B: Backend> Recipe<B> {
-    pub(crate) fn new(
+    /// The recipe of an op that ran on `inputs` in `took`, which `rerun` runs again.
+    pub(crate) fn boxed<F>(
         op: &'static str,
         inputs: SmallVec<[Weak<Handle<B>>; 3]>,
-        rerun: Rerun<B>,
+        rerun: F,
         took: Duration,
-    ) -> Self {
-        Self {
+    ) -> Box<Self>
+    where
+        F: Fn(&mut RecipeArgs<B>) -> Primitive<B> + Send + Sync + 'static,
+    {
+        Box::new(Recipe {
             op,
             inputs,
             held: Mutex::new(SmallVec::new()),
-            rerun,
             op_nanos: AtomicU64::new(took.as_nanos().min(u64::MAX as u128) as u64),
             depth: AtomicU32::new(0),
-        }
+            rerun,
+        })
     }
 
     fn held(&self) -> std::sync::MutexGuard<'_, SmallVec<[Arc<Handle<B>>; 3]>> {

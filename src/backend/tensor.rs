@@ -535,9 +535,9 @@ impl<B: Backend> SpillTensor<B> {
     }
 
     /// Gives this fresh output the recipe that rebuilds it.
-    pub(crate) fn set_recipe(&self, recipe: Recipe<B>) {
+    pub(crate) fn set_recipe(&self, recipe: Box<Recipe<B>>) {
         // A fresh output has none yet; an op returning one of its inputs keeps the first.
-        let _ = self.handle.recipe.set(Box::new(recipe));
+        let _ = self.handle.recipe.set(recipe);
     }
 
     /// The held inputs of a dropped tensor (empty otherwise), for the op that rebuilds it.
