@@ -155,8 +155,8 @@ pub(crate) struct OpScope<B: Backend> {
     recomputable: bool,
     /// Whether its recipe records how long the op took: only where rebuilds are weighed by
     /// their measured times (`RebuildTimes::Measured`). Where they are modelled (CubeCL, or a
-    /// configured rebuild profile) a measured time is never read, and the two clock reads
-    /// around the op would be all the recipe costs the op's thread beyond its allocations.
+    /// configured rebuild profile) a measured time is never read, so the op's thread is spared
+    /// the two clock reads around the op.
     times_recipe: bool,
     /// Its tensor arguments, for the recipe: noted once the device is known to drop victims.
     recipe_inputs: Option<RecipeInputs<B>>,
