@@ -11,7 +11,7 @@
 //! What to evict and what to prefetch are decided by the code the engine runs
 //! ([`crate::policy::victim::pick`] and [`crate::policy::victim::needed_soon`] over candidates
 //! ranked by the configured policy, [`crate::policy::prefetch`]'s due rule, prefetch ceiling,
-//! settle target, late-arrival leads, benches after wasted prefetches and transfer-ops
+//! settle target, late-arrival leads, nearer prefetches after wasted ones and transfer-ops
 //! estimate, [`crate::policy::handoff`]'s choice of thread, and the [`UsePlan`]'s headroom),
 //! fed with the simulated state instead of the engine's.
 //!
@@ -175,10 +175,8 @@ struct Learnt {
     /// The moves so far per direction (to host, to the device from host, from disk), as the
     /// engine's ledger counts them for [`handoff::cheaper_on_op_thread`].
     moves: Moves,
-    /// Steps simulated before this one: the engine's step counter, for benches.
-    step: u64,
-    /// Tensors kept from prefetch after a wasted one (evicted again unread).
-    benched: HashMap<PlanKey, decide::Bench>,
+    /// Tensors whose prefetch was wasted (evicted again unread), fetched nearer their use.
+    wasted: HashMap<PlanKey, decide::Wasted>,
 }
 
 /// Move histories per direction.
@@ -257,7 +255,6 @@ pub(crate) fn simulate(
         sim.link_utilization = link_utilization;
         sim.run(&start);
         learnt = sim.learnt.clone();
-        learnt.step += 1;
         start = sim.hand_over(&pairs);
         result = sim.finish();
     }
@@ -669,9 +666,8 @@ impl<'a> Sim<'a> {
         if self.prefetched.remove(&id)
             && let Some(&key) = self.keys.get(&id)
         {
-            // Brought back and evicted again unread: the engine benches it.
-            let step = self.learnt.step;
-            self.learnt.benched.entry(key).or_default().strike(step);
+            // Brought back and evicted again unread: the engine fetches it nearer its use.
+            self.learnt.wasted.entry(key).or_default().strike();
         }
         self.place.insert(id, Place::Leaving { done, to_disk });
         self.in_flight.push(id);
@@ -1144,13 +1140,10 @@ impl<'a> Sim<'a> {
                 .place
                 .iter()
                 .filter(|(_, p)| matches!(p, Place::Host | Place::Disk))
-                .filter(|(id, _)| {
-                    let bench = self.keys.get(id).and_then(|k| self.learnt.benched.get(k));
-                    !decide::is_benched(bench, self.learnt.step)
-                })
                 .filter_map(|(id, _)| {
                     let next_use = self.next_use(*id, now);
-                    decide::is_due(next_use, reach, self.lead(*id))
+                    let wasted = self.keys.get(id).and_then(|k| self.learnt.wasted.get(k));
+                    decide::is_due(next_use, reach, self.lead(*id), wasted)
                         .then(|| (next_use.distance_or(u32::MAX), *id))
                 })
                 .collect();
@@ -1562,10 +1555,10 @@ mod tests {
         }
     }
 
-    /// A prefetched tensor evicted again unread is benched, as the engine benches it: the
-    /// engine's work after an op passes it over while it is due, until the bench is over.
+    /// A prefetched tensor evicted again unread is fetched nearer its use, as the engine
+    /// fetches it: half as far ahead for each waste.
     #[test]
-    fn a_wasted_prefetch_benches_the_tensor() {
+    fn a_wasted_prefetch_brings_the_next_one_nearer_the_use() {
         // Tensor 1 comes from before the step and is read by the last op.
         let t = tape(
             &[
@@ -1591,7 +1584,7 @@ mod tests {
             budget: 1 << 20,
             host_limit: None,
             policy: PolicyKind::NextUse,
-            prefetch_window: 8,
+            prefetch_window: 2,
             asynchronous: false,
             recompute: RecomputeMode::Swap,
             rebuild_room: RebuildRoom::AtSettle,
@@ -1604,9 +1597,11 @@ mod tests {
         sim.retire(f64::INFINITY, 0);
         assert_eq!(sim.place.get(&1), Some(&Place::Host));
         sim.after_op(0);
-        assert_eq!(sim.out.prefetches, 0, "a benched tensor is not prefetched");
-        sim.learnt.step += decide::BENCHED_STEPS;
-        sim.after_op(0);
-        assert_eq!(sim.out.prefetches, 1, "past its bench it is");
+        assert_eq!(
+            sim.out.prefetches, 0,
+            "two ops ahead is no longer near enough after a waste (the reach was two)"
+        );
+        sim.after_op(1);
+        assert_eq!(sim.out.prefetches, 1, "one op ahead is");
     }
 }

@@ -16,10 +16,17 @@ pub fn reach(window: u32, transfer_ops: u32) -> u32 {
     window + transfer_ops
 }
 
-/// Whether a spilled tensor next used `next_use` ops away is due for a prefetch now, given the
-/// `lead` it earned by arriving late before.
-pub fn is_due(next_use: NextUse, reach: u32, lead: u32) -> bool {
-    matches!(next_use, NextUse::In(d) if d <= reach.saturating_add(lead))
+/// How many ops before its use a spilled tensor is fetched: the `reach`, plus the `lead` it
+/// earned by arriving late before, brought nearer by its `wasted` prefetches.
+pub fn ahead(reach: u32, lead: u32, wasted: Option<&Wasted>) -> u32 {
+    let ahead = reach.saturating_add(lead);
+    wasted.map_or(ahead, |w| w.ahead(ahead))
+}
+
+/// Whether a spilled tensor next used `next_use` ops away is due for a prefetch now (see
+/// [`ahead`]).
+pub fn is_due(next_use: NextUse, reach: u32, lead: u32, wasted: Option<&Wasted>) -> bool {
+    matches!(next_use, NextUse::In(d) if d <= ahead(reach, lead, wasted))
 }
 
 /// The device level a prefetch for a use `distance` ops away may fill the device up to: the
@@ -69,30 +76,33 @@ pub fn use_fits(plan: &UsePlan, budget: u64, now: u32, distance: u32) -> bool {
     plan.op_bytes(position as u32) <= budget
 }
 
-/// Steps a tensor whose prefetch was wasted (evicted again before its use) is not prefetched;
-/// each further waste doubles it, up to 64 times as long.
-pub const BENCHED_STEPS: u64 = 4;
-pub const MAX_BENCH_DOUBLINGS: u32 = 6;
+/// The most times wasted prefetches halve how far ahead a tensor is fetched: enough to bring
+/// any reach (a window of a few thousand ops) down to the next op.
+pub const MAX_HALVINGS: u32 = 16;
 
-/// A tensor kept from prefetch after wasted ones.
+/// A tensor's wasted prefetches: brought back and evicted again before its use, the device too
+/// full between the two. Each waste halves how far ahead of its use the tensor is fetched from
+/// then on (down to the op before it), so that it lands where the device has room for it
+/// instead of moving twice. A prefetch kept from the tensor altogether (as one was for a few
+/// steps after each waste, until 2026-12-06) makes its op wait for the whole move: in the GPT's
+/// optimizer, which streams its state over the link with room to spare near each use, that was
+/// a third of the step.
 #[derive(Debug, Clone, Copy, Default)]
-pub struct Bench {
-    until: u64,
-    strikes: u32,
+pub struct Wasted {
+    halvings: u32,
 }
 
-impl Bench {
-    /// Its prefetch at `step` was wasted: it waits for its op for [`BENCHED_STEPS`] steps,
-    /// doubled for each waste before.
-    pub fn strike(&mut self, step: u64) {
-        self.until = step + (BENCHED_STEPS << self.strikes.min(MAX_BENCH_DOUBLINGS));
-        self.strikes += 1;
+impl Wasted {
+    /// One more of its prefetches was wasted.
+    pub fn strike(&mut self) {
+        self.halvings = (self.halvings + 1).min(MAX_HALVINGS);
     }
-}
 
-/// Whether a tensor with this bench record is kept from prefetch at `step`.
-pub fn is_benched(bench: Option<&Bench>, step: u64) -> bool {
-    bench.is_some_and(|b| b.until > step)
+    /// How far ahead of its use (in ops) the tensor is fetched, where it would be fetched
+    /// `ahead` ops early with no waste: halved for each waste, at least 1.
+    pub fn ahead(&self, ahead: u32) -> u32 {
+        (ahead >> self.halvings).max(1)
+    }
 }
 
 /// A tensor that arrived late is asked for earlier next step (Capuchin's rule): its lead
@@ -234,24 +244,24 @@ mod tests {
     }
 
     #[test]
-    fn a_wasted_prefetch_benches_the_tensor_twice_as_long_each_time() {
-        let mut bench = Bench::default();
-        assert!(!is_benched(None, 0));
-        assert!(!is_benched(Some(&bench), 0));
-        bench.strike(10);
-        assert!(is_benched(Some(&bench), 10 + BENCHED_STEPS - 1));
-        assert!(!is_benched(Some(&bench), 10 + BENCHED_STEPS));
-        bench.strike(20);
-        assert!(is_benched(Some(&bench), 20 + 2 * BENCHED_STEPS - 1));
-        assert!(!is_benched(Some(&bench), 20 + 2 * BENCHED_STEPS));
-        for step in 0..20 {
-            bench.strike(step);
+    fn each_wasted_prefetch_halves_how_far_ahead_the_tensor_is_fetched() {
+        let mut wasted = Wasted::default();
+        assert!(is_due(NextUse::In(100), 90, 10, None));
+        assert!(is_due(NextUse::In(100), 90, 10, Some(&wasted)));
+        wasted.strike();
+        assert!(is_due(NextUse::In(50), 90, 10, Some(&wasted)));
+        assert!(!is_due(NextUse::In(51), 90, 10, Some(&wasted)));
+        wasted.strike();
+        assert!(is_due(NextUse::In(25), 90, 10, Some(&wasted)));
+        assert!(!is_due(NextUse::In(26), 90, 10, Some(&wasted)));
+        for _ in 0..40 {
+            wasted.strike();
         }
-        // Doubling stops at 2^MAX_BENCH_DOUBLINGS.
-        assert!(!is_benched(
-            Some(&bench),
-            19 + (BENCHED_STEPS << MAX_BENCH_DOUBLINGS)
-        ));
+        // Never nearer than the op before the use, which still gets its prefetch.
+        assert_eq!(wasted.ahead(100), 1);
+        assert_eq!(wasted.ahead(1 << 16), 1);
+        assert!(is_due(NextUse::In(1), 90, 10, Some(&wasted)));
+        assert!(!is_due(NextUse::In(2), 90, 10, Some(&wasted)));
     }
 
     #[test]
@@ -326,8 +336,8 @@ mod tests {
         assert_eq!(learn_transfer_ops(16, 0), 14);
         assert_eq!(learn_transfer_ops(1, 0), 0);
         assert_eq!(learn_transfer_ops(0, 1000), MAX_LEAD);
-        assert!(is_due(NextUse::In(5), 4, 1));
-        assert!(!is_due(NextUse::In(6), 4, 1));
-        assert!(!is_due(NextUse::Never, 4, 1));
+        assert!(is_due(NextUse::In(5), 4, 1, None));
+        assert!(!is_due(NextUse::In(6), 4, 1, None));
+        assert!(!is_due(NextUse::Never, 4, 1, None));
     }
 }

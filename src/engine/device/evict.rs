@@ -245,13 +245,11 @@ impl DeviceEngine {
             drop(index);
             if !wasted.is_empty() {
                 // Brought back and evicted again unread: the device is too full between the
-                // prefetch and the use. Those tensors wait for their op for a few steps (a
-                // wasted prefetch moves bytes twice for nothing), then are tried again, waiting
-                // longer each time it happens again.
-                let step = self.recorder.position().0;
-                let mut benched = lock(&self.benched);
+                // prefetch and the use. Those tensors are fetched nearer their use from now on
+                // (a wasted prefetch moves bytes twice for nothing).
+                let mut record = lock(&self.wasted);
                 for key in wasted {
-                    benched.entry(key).or_default().strike(step);
+                    record.entry(key).or_default().strike();
                 }
             }
             // Dropping the upgraded handles may run a handle's drop, which takes the index lock.

@@ -49,7 +49,7 @@ mod test_support {
     }
 }
 
-use crate::policy::prefetch::Bench;
+use crate::policy::prefetch::Wasted;
 pub use admit::{OpInput, OpOutput, OpTicket};
 pub use ample::UntrackedOp;
 use limits_cell::LimitsCell;
@@ -149,9 +149,9 @@ pub struct DeviceEngine {
     /// Extra ops of lead per plan key, grown each time that tensor arrived late. A spilled
     /// tensor is placed for the prefetch scan its lead before its use (see `Placement::due`).
     leads: Mutex<FastMap<PlanKey, u32>>,
-    /// Plan keys whose prefetch was wasted: the step until which they are not prefetched, and
-    /// how many times it was wasted.
-    benched: Mutex<FastMap<PlanKey, Bench>>,
+    /// Plan keys whose prefetch was wasted, and how many times: how much nearer their use
+    /// they are fetched.
+    wasted: Mutex<FastMap<PlanKey, Wasted>>,
     transfers: Transfers,
     /// Bytes on their way to the device (counted there by budget decisions).
     inflight_in: AtomicU64,

@@ -79,19 +79,19 @@ impl DeviceEngine {
                 return None;
             }
             let leads = lock(&self.leads);
-            let benched = lock(&self.benched);
+            let wasted = lock(&self.wasted);
             let mut due = Vec::new();
             for s in soon {
-                if decide::is_benched(benched.get(&s.key.key), step) {
-                    continue;
-                }
                 let lead = leads.get(&s.key.key).copied().unwrap_or(0);
                 let next_use = plan.next_use(s.key, step, now);
-                if decide::is_due(next_use, reach, lead) {
+                let wasted = wasted.get(&s.key.key);
+                if decide::is_due(next_use, reach, lead, wasted) {
                     due.push((next_use.distance_or(u32::MAX), Turn::Prefetch(s)));
                 } else {
-                    // Placed under an older position, plan or lead: place it again.
-                    index.set_due(s.id, placement.due_with_lead(next_use, lead));
+                    // Placed under an older position, plan or lead, or fetched nearer its use
+                    // since a waste: placed where this scan finds it once it is due.
+                    let ahead = decide::ahead(reach, lead, wasted);
+                    index.set_due(s.id, placement.due_within(next_use, ahead, reach));
                 }
             }
             for (id, key, bytes) in rebuilds {

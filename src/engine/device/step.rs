@@ -55,6 +55,18 @@ impl Placement {
         }
     }
 
+    /// Where a spilled tensor fetched `ahead` ops before its use at `next` is placed for a
+    /// prefetch scan that looks `reach` ops ahead: where the scan finds it once it is due and no
+    /// sooner. With `ahead` the reach plus a lead, that is [`due_with_lead`](Self::due_with_lead);
+    /// a tensor fetched nearer its use after wasted prefetches is placed past its use, so that
+    /// the scans before it is due pass it by.
+    pub(super) fn due_within(&self, next: NextUse, ahead: u32, reach: u32) -> Option<u64> {
+        match next {
+            NextUse::In(d) => Some(self.absolute(d.saturating_add(reach).saturating_sub(ahead))),
+            NextUse::Never | NextUse::Unknown => None,
+        }
+    }
+
     /// Where the spilled tensor keyed `key`, with `lead`, is placed for the prefetch scan (see
     /// [`due_with_lead`](Self::due_with_lead)).
     pub(super) fn due(&self, key: Option<KeyAt>, lead: u32) -> Option<u64> {
@@ -159,7 +171,7 @@ impl DeviceEngine {
         };
         if plan.is_none() {
             lock(&self.leads).clear();
-            lock(&self.benched).clear();
+            lock(&self.wasted).clear();
         }
         let headroom = plan
             .as_ref()
@@ -316,6 +328,18 @@ mod tests {
         );
         assert_eq!(p.due_with_lead(NextUse::Never, 3), None);
         assert_eq!(p.due_with_lead(next, 0), p.due_of(next));
+    }
+
+    #[test]
+    fn a_tensor_fetched_nearer_its_use_is_placed_where_the_scan_finds_it_then() {
+        let p = placement(10, 3, 8);
+        let next = NextUse::In(5);
+        // Reach 4 and lead 2: found 6 ops before its use, as with its lead alone.
+        assert_eq!(p.due_within(next, 6, 4), p.due_with_lead(next, 2));
+        // Fetched 1 op ahead, by a scan that looks 4 ahead: placed 3 ops past its use, which
+        // such a scan reaches 1 op before the use.
+        assert_eq!(p.due_within(next, 1, 4), Some(absolute(4, 6)));
+        assert_eq!(p.due_within(NextUse::Never, 1, 4), None);
     }
 
     /// The settle weighs the link against the checked step's ops, timed as rebuilds are.
