@@ -537,9 +537,9 @@ impl Index {
 
     /// If `id` came back by prefetch and is leaving again unread, clears that and returns the
     /// key it was prefetched under: the prefetch was wasted.
-    pub fn take_unread_prefetch(&mut self, id: TensorId) -> Option<PlanKey> {
+    pub fn take_unread_prefetch(&mut self, id: TensorId) -> Option<KeyAt> {
         let entry = self.entries.get_mut(&id)?;
-        std::mem::take(&mut entry.prefetched).then_some(entry.key?.key)
+        std::mem::take(&mut entry.prefetched).then_some(entry.key?)
     }
 
     /// Notes that input `slot` of the op at position `now` of step `step` reads `entry`: a

@@ -666,8 +666,13 @@ impl<'a> Sim<'a> {
         if self.prefetched.remove(&id)
             && let Some(&key) = self.keys.get(&id)
         {
-            // Brought back and evicted again unread: the engine fetches it nearer its use.
-            self.learnt.wasted.entry(key).or_default().strike();
+            // Brought back and evicted again unread: the engine fetches it nearer its use, and
+            // after where this one was evicted.
+            let left = match self.next_use(id, self.positions[op]) {
+                NextUse::In(d) => Some(d),
+                NextUse::Never | NextUse::Unknown => None,
+            };
+            self.learnt.wasted.entry(key).or_default().strike(left);
         }
         self.place.insert(id, Place::Leaving { done, to_disk });
         self.in_flight.push(id);

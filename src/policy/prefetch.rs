@@ -81,27 +81,37 @@ pub fn use_fits(plan: &UsePlan, budget: u64, now: u32, distance: u32) -> bool {
 pub const MAX_HALVINGS: u32 = 16;
 
 /// A tensor's wasted prefetches: brought back and evicted again before its use, the device too
-/// full between the two. Each waste halves how far ahead of its use the tensor is fetched from
-/// then on (down to the op before it), so that it lands where the device has room for it
-/// instead of moving twice. A prefetch kept from the tensor altogether (as one was for a few
-/// steps after each waste, until 2026-12-06) makes its op wait for the whole move: in the GPT's
-/// optimizer, which streams its state over the link with room to spare near each use, that was
-/// a third of the step.
+/// full between the two. From then on the tensor is fetched nearer its use: half as far ahead
+/// for each waste, and no further ahead than where it was last evicted (down to the op before
+/// its use), so that it lands where the device has room for it instead of moving twice. A
+/// prefetch kept from the tensor altogether (as one was for a few steps after each waste, until
+/// 2026-12-06) makes its op wait for the whole move: in the GPT's optimizer, which streams its
+/// state over the link with room to spare near each use, that was a third of the step.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Wasted {
     halvings: u32,
+    /// The fewest ops before its use that a prefetch of it was evicted at, less one.
+    within: Option<u32>,
 }
 
 impl Wasted {
-    /// One more of its prefetches was wasted.
-    pub fn strike(&mut self) {
+    /// One more of its prefetches was wasted, evicted `left` ops before its use (`None` where
+    /// the plan does not know).
+    pub fn strike(&mut self, left: Option<u32>) {
         self.halvings = (self.halvings + 1).min(MAX_HALVINGS);
+        if let Some(left) = left {
+            let within = left.saturating_sub(1).max(1);
+            self.within = Some(self.within.map_or(within, |w| w.min(within)));
+        }
     }
 
     /// How far ahead of its use (in ops) the tensor is fetched, where it would be fetched
-    /// `ahead` ops early with no waste: halved for each waste, at least 1.
+    /// `ahead` ops early with no waste: halved for each waste, no further than where it was
+    /// evicted, at least 1.
     pub fn ahead(&self, ahead: u32) -> u32 {
-        (ahead >> self.halvings).max(1)
+        (ahead >> self.halvings)
+            .min(self.within.unwrap_or(u32::MAX))
+            .max(1)
     }
 }
 
@@ -248,20 +258,44 @@ mod tests {
         let mut wasted = Wasted::default();
         assert!(is_due(NextUse::In(100), 90, 10, None));
         assert!(is_due(NextUse::In(100), 90, 10, Some(&wasted)));
-        wasted.strike();
+        wasted.strike(None);
+        assert_eq!(ahead(90, 10, Some(&wasted)), 50);
         assert!(is_due(NextUse::In(50), 90, 10, Some(&wasted)));
         assert!(!is_due(NextUse::In(51), 90, 10, Some(&wasted)));
-        wasted.strike();
-        assert!(is_due(NextUse::In(25), 90, 10, Some(&wasted)));
-        assert!(!is_due(NextUse::In(26), 90, 10, Some(&wasted)));
+        wasted.strike(None);
+        assert_eq!(ahead(90, 10, Some(&wasted)), 25);
         for _ in 0..40 {
-            wasted.strike();
+            wasted.strike(None);
         }
         // Never nearer than the op before the use, which still gets its prefetch.
         assert_eq!(wasted.ahead(100), 1);
         assert_eq!(wasted.ahead(1 << 16), 1);
         assert!(is_due(NextUse::In(1), 90, 10, Some(&wasted)));
         assert!(!is_due(NextUse::In(2), 90, 10, Some(&wasted)));
+    }
+
+    #[test]
+    fn a_wasted_prefetch_is_fetched_after_where_it_was_evicted() {
+        let mut wasted = Wasted::default();
+        // Evicted 20 ops before its use: next time it comes within 19, though half the reach
+        // is 50.
+        wasted.strike(Some(20));
+        assert_eq!(ahead(90, 10, Some(&wasted)), 19);
+        // A later waste further from the use keeps the nearer bound; halving goes on.
+        wasted.strike(Some(40));
+        assert_eq!(ahead(90, 10, Some(&wasted)), 19);
+        wasted.strike(Some(30));
+        assert_eq!(
+            ahead(90, 10, Some(&wasted)),
+            12,
+            "a hundred halved three times"
+        );
+        wasted.strike(Some(0));
+        assert_eq!(
+            ahead(90, 10, Some(&wasted)),
+            1,
+            "never nearer than the op before"
+        );
     }
 
     #[test]

@@ -246,10 +246,12 @@ impl DeviceEngine {
             if !wasted.is_empty() {
                 // Brought back and evicted again unread: the device is too full between the
                 // prefetch and the use. Those tensors are fetched nearer their use from now on
-                // (a wasted prefetch moves bytes twice for nothing).
+                // (a wasted prefetch moves bytes twice for nothing), and after the point where
+                // this one was evicted.
                 let mut record = lock(&self.wasted);
                 for key in wasted {
-                    record.entry(key).or_default().strike();
+                    let left = placement.as_ref().and_then(|p| p.distance(key));
+                    record.entry(key.key).or_default().strike(left);
                 }
             }
             // Dropping the upgraded handles may run a handle's drop, which takes the index lock.

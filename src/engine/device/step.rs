@@ -67,6 +67,14 @@ impl Placement {
         }
     }
 
+    /// How many ops from now the tensor keyed `key` is next used, if the plan knows.
+    pub(super) fn distance(&self, key: KeyAt) -> Option<u32> {
+        match self.plan.next_use(key, self.step, self.now) {
+            NextUse::In(d) => Some(d),
+            NextUse::Never | NextUse::Unknown => None,
+        }
+    }
+
     /// Where the spilled tensor keyed `key`, with `lead`, is placed for the prefetch scan (see
     /// [`due_with_lead`](Self::due_with_lead)).
     pub(super) fn due(&self, key: Option<KeyAt>, lead: u32) -> Option<u64> {
