@@ -85,7 +85,7 @@ fn train_marked(config: SpillConfig) -> (TrainRun, SpillStats, SpillStats) {
 
 /// Every policy, at 75%, 50% and 30% of the peak, trains identically, moves at most 1.1x
 /// Belady's MIN in the last step, and prefetches at least 95% of the spilled reads once steps
-/// repeat (at 30% some of the CNN's ops need more than the budget by themselves: 95.3-95.5%):
+/// repeat (at 30% some of the CNN's ops need more than the budget by themselves: 95.9-96.2%):
 /// in each configuration with the moves between ops on the op's thread (where the rate
 /// measures the plan alone), and over all configurations together on the transfer workers (one
 /// may read as few as 16 spilled tensors).
@@ -174,7 +174,7 @@ fn every_policy_prefetches_ahead_and_trains_identically() {
     let rate = hits as f64 / (hits + misses).max(1) as f64;
     // Measured 100% over the six at 75% and 50%, idle and with two CPU hogs beside the test (the
     // engine measures how late a busy machine schedules its workers and keeps such moves on the
-    // op's thread), and 95.3-95.5% at 30%, as synchronously.
+    // op's thread), and 95.9-96.2% at 30%, as synchronously.
     assert!(
         rate >= 0.95,
         "asynchronous prefetch hit rate {rate:.3} over every policy and budget ({hits} hits, {misses} misses)"
