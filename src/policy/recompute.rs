@@ -426,17 +426,18 @@ pub const BEHAVIOURS: [Behaviour; 7] = [
 /// moves instead. Making that room ahead pays while the budget leaves room to spare and holds
 /// prefetches back, at a far higher cost, in a tight one. Over a whole step no one behaviour
 /// is fastest at every budget. Measured on the planner (`h200-pcie5`, cost_aware, window 512;
-/// a GPT of 125M parameters and ResNet-50 at batch 2; overhead at 50, 33 and 25% of the peak):
+/// a GPT of 125M parameters and ResNet-50 at batch 2; overhead at 50, 33 and 25% of the peak;
+/// since 2026-12-06, with wasted prefetches fetched nearer instead of benched):
 ///
 /// | behaviour | GPT | ResNet-50 |
 /// | --- | --- | --- |
-/// | weighs each victim | +110.6, +187.1, +226.1% | +3.5, +15.1, +22.0% |
-/// | the same, room beside prefetches | +102.7, +181.5, +265.7% | +3.5, +11.6, +69.7% |
-/// | the same, rebuilds in the prefetch walk | +77.2, +207.4, +299.7% | +3.5, +11.0, +18.0% |
-/// | moves every victim | +108.1, +226.4, +305.8% | +12.8, +21.8, +45.2% |
-/// | drops every victim it may | +108.9, +190.0, +225.8% | +10.1, +16.8, +23.0% |
-/// | the same, room beside prefetches | +106.8, +184.8, +265.5% | +10.1, +15.1, +67.6% |
-/// | the same, rebuilds in the prefetch walk | +106.8, +211.5, +299.4% | +10.1, +13.1, +19.8% |
+/// | weighs each victim | +110.6, +187.1, +226.3% | +3.5, +15.1, +22.0% |
+/// | the same, room beside prefetches | +102.7, +181.5, +255.7% | +3.5, +11.6, +69.7% |
+/// | the same, rebuilds in the prefetch walk | +77.2, +207.4, +258.2% | +3.5, +11.0, +18.0% |
+/// | moves every victim | +108.1, +195.7, +274.2% | +12.8, +21.8, +45.2% |
+/// | drops every victim it may | +108.9, +190.0, +226.1% | +10.1, +16.8, +23.0% |
+/// | the same, room beside prefetches | +106.8, +184.8, +255.4% | +10.1, +15.1, +67.6% |
+/// | the same, rebuilds in the prefetch walk | +106.8, +211.5, +258.0% | +10.1, +13.1, +19.8% |
 pub fn fastest_behaviour(predicted: &[(Behaviour, f64)]) -> Option<Behaviour> {
     let mut fastest: Option<(Behaviour, f64)> = None;
     for &behaviour in &BEHAVIOURS {
