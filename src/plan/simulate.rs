@@ -668,10 +668,7 @@ impl<'a> Sim<'a> {
         {
             // Brought back and evicted again unread: the engine fetches it nearer its use, and
             // after where this one was evicted.
-            let left = match self.next_use(id, self.positions[op]) {
-                NextUse::In(d) => Some(d),
-                NextUse::Never | NextUse::Unknown => None,
-            };
+            let left = self.next_use(id, self.positions[op]).distance();
             self.learnt.wasted.entry(key).or_default().strike(left);
         }
         self.place.insert(id, Place::Leaving { done, to_disk });

@@ -90,6 +90,14 @@ impl NextUseMemo {
 }
 
 impl NextUse {
+    /// The distance in ops, when there is a use the plan knows of.
+    pub fn distance(self) -> Option<u32> {
+        match self {
+            NextUse::In(d) => Some(d),
+            NextUse::Never | NextUse::Unknown => None,
+        }
+    }
+
     /// The distance, with `Never` as `u32::MAX` and `Unknown` as `unknown`.
     pub fn distance_or(self, unknown: u32) -> u32 {
         match self {

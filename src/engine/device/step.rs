@@ -69,10 +69,7 @@ impl Placement {
 
     /// How many ops from now the tensor keyed `key` is next used, if the plan knows.
     pub(super) fn distance(&self, key: KeyAt) -> Option<u32> {
-        match self.plan.next_use(key, self.step, self.now) {
-            NextUse::In(d) => Some(d),
-            NextUse::Never | NextUse::Unknown => None,
-        }
+        self.plan.next_use(key, self.step, self.now).distance()
     }
 
     /// Where the spilled tensor keyed `key`, with `lead`, is placed for the prefetch scan (see
