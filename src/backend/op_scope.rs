@@ -601,7 +601,7 @@ impl<B: Backend> Drop for OpScope<B> {
             return;
         }
         match ticket {
-            Some(ticket) => engine.end_op(ticket, &self.outputs),
+            Some(ticket) => engine.end_op(ticket, self.outputs.drain(..)),
             None => {
                 for out in self.outputs.drain(..).filter(|o| o.evictable) {
                     engine.register(out.id, out.bytes, out.victim);

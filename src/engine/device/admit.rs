@@ -209,16 +209,28 @@ impl DeviceEngine {
     /// Unpins the inputs, indexes the outputs, learns the output size and counts an op that ran
     /// over the budget. Call it while the consumed inputs are still counted (before they drop),
     /// so that the device bytes seen here are the op's real peak.
-    pub fn end_op(&self, ticket: OpTicket, outputs: &[OpOutput]) {
+    ///
+    /// The outputs are taken by value: a new one's weak handle moves into the index (a clone
+    /// would be one more atomic read-modify-write per output).
+    pub fn end_op(&self, ticket: OpTicket, outputs: impl IntoIterator<Item = OpOutput>) {
         self.release_reservation(&ticket);
         let tick = ticket.tick;
         let (mut output_bytes, mut evictable_output_bytes) = (0u64, 0u64);
+        let mut counted = smallvec::SmallVec::<[TensorId; 2]>::new();
         {
             let mut index = lock(&self.index);
             for id in &ticket.inputs {
                 index.unpin(*id);
             }
-            for (i, out) in outputs.iter().enumerate() {
+            for (i, out) in outputs.into_iter().enumerate() {
+                // An op may return the same tensor twice: its bytes count once.
+                if !counted.contains(&out.id) {
+                    counted.push(out.id);
+                    output_bytes += out.bytes;
+                    if out.evictable {
+                        evictable_output_bytes += out.bytes;
+                    }
+                }
                 if out.evictable {
                     let key = ticket.planning.then_some(KeyAt {
                         step: ticket.step,
@@ -227,13 +239,7 @@ impl DeviceEngine {
                             slot: i as u16,
                         },
                     });
-                    index.admit_output(out.id, out.bytes, tick, || out.victim.clone(), key);
-                }
-                if !outputs[..i].iter().any(|o| o.id == out.id) {
-                    output_bytes += out.bytes;
-                    if out.evictable {
-                        evictable_output_bytes += out.bytes;
-                    }
+                    index.admit_output(out.id, out.bytes, tick, || out.victim, key);
                 }
             }
             // Most ops repeat a learnt size: the map is written only when it changes.
@@ -453,13 +459,19 @@ mod tests {
         let tensor: Arc<dyn Spillable> = Arc::new(Fake);
         let engine = engine_with_spilled(&tensor);
         // Used 8 and 9 ops from now, past the window of 2: neither is due.
-        assert_eq!(engine.prefetch_ahead(&engine.limits()), None);
+        assert_eq!(
+            engine.prefetch_ahead(&engine.limits(), &engine.plan().expect("a plan")),
+            None
+        );
         assert_eq!((due_at(&engine, 1), due_at(&engine, 2)), (Some(8), Some(9)));
         // Tensor 1 came late four times: a lead of 8 ops brings its use within reach.
         for _ in 0..4 {
             engine.lengthen_leads(&[produced(0).key]);
         }
-        assert_eq!(engine.prefetch_ahead(&engine.limits()), None);
+        assert_eq!(
+            engine.prefetch_ahead(&engine.limits(), &engine.plan().expect("a plan")),
+            None
+        );
         assert_eq!(due_at(&engine, 1), None, "prefetched: on the device");
         assert_eq!(due_at(&engine, 2), Some(9), "still waits for its window");
     }

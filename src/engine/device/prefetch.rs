@@ -8,7 +8,7 @@ use crate::engine::index::Spilled;
 use crate::engine::ledger::Direction;
 use crate::engine::slot::{TensorId, Tier};
 use crate::engine::transfer::{Job, Lane};
-use crate::policy::plan::NextUse;
+use crate::policy::plan::{NextUse, UsePlan};
 use crate::policy::prefetch as decide;
 use crate::policy::recompute::RebuildRoom;
 
@@ -53,16 +53,11 @@ impl DeviceEngine {
     /// lead each has earned by arriving late), soonest first, while they fit: a tensor fits
     /// when the room the ops up to its use will need is left free beside it (so that it is not
     /// evicted again before its use). Returns the room to make for the first one left out.
-    pub(super) fn prefetch_ahead(self: &Arc<Self>, limits: &Limits) -> Option<Room> {
-        let plan = self.plan()?;
+    pub(super) fn prefetch_ahead(self: &Arc<Self>, limits: &Limits, plan: &UsePlan) -> Option<Room> {
         let (step, now) = self.recorder.position();
         let window = limits.prefetch_window.min(plan.len());
         let reach = decide::reach(window, self.transfer_ops.load(Ordering::Relaxed));
-        let placement = Placement {
-            plan: plan.clone(),
-            step,
-            now,
-        };
+        let placement = Placement { plan, step, now };
         let rebuild_room = self.rebuild_room(limits);
         // A tensor is due within the reach plus its lead, and each is placed its lead before
         // its use: the scan looks as far as the reach. Where the behaviour says so, rebuilds
@@ -111,7 +106,7 @@ impl DeviceEngine {
         let budget = limits.budget.unwrap_or(u64::MAX);
         let mut used = self.device_committed();
         for (d, turn) in due {
-            let fits = decide::use_fits(&plan, budget, now, d);
+            let fits = decide::use_fits(plan, budget, now, d);
             let mut ceiling = decide::ceiling(budget, &headroom, d, fits);
             if rebuild_room == RebuildRoom::BesidePrefetches {
                 let rebuilt_first = lock(&self.index)

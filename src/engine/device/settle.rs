@@ -117,11 +117,16 @@ impl DeviceEngine {
     /// `after_op` while memory is tight: prefetch, then settle and make room for the first
     /// prefetch left out, here or on a worker.
     fn settle_after_op(self: &Arc<Self>, limits: &Limits) {
-        let point = self.settle_point(limits);
-        let room = if limits.planning() && limits.prefetch_window > 0 {
-            self.prefetch_ahead(limits)
-        } else {
-            None
+        // Read once for the settle point and the prefetch scan, and lent to both: each read
+        // and each clone of the plan's `Arc` is an atomic read-modify-write on every op.
+        let plan = self.plan();
+        let plan = plan.as_deref();
+        let point = self.settle_point_under(limits, plan);
+        let room = match plan {
+            Some(plan) if limits.planning() && limits.prefetch_window > 0 => {
+                self.prefetch_ahead(limits, plan)
+            }
+            _ => None,
         };
         if !limits.asynchronous {
             self.settle_at(limits, point);
@@ -269,19 +274,24 @@ impl DeviceEngine {
     /// still needs (Belady's MIN evicts only when an op needs the room), except from tensors
     /// used after the next few ops, which an eviction that runs anyway takes along (`ahead`).
     pub(super) fn settle_point(&self, limits: &Limits) -> SettlePoint {
-        let planned = match (limits.budget, self.plan()) {
+        self.settle_point_under(limits, self.plan().as_deref())
+    }
+
+    /// [`settle_point`](Self::settle_point) under `plan`, the plan in force.
+    fn settle_point_under(&self, limits: &Limits, plan: Option<&UsePlan>) -> SettlePoint {
+        let planned = match (limits.budget, plan) {
             (Some(budget), Some(plan)) if limits.planning() => {
                 // As far ahead as a move takes to land, or as the link falls behind the ops:
                 // an eviction for an op further away can still run after this one, when it
                 // is known to be needed.
                 let (step, now) = self.recorder.position();
                 let transfer_ops = self.transfer_ops.load(Ordering::Relaxed);
-                let transfer_ops = decide::settle_lookahead(&plan, now, transfer_ops, self.pace());
-                let mut target = decide::settle_target(budget, &plan, now, transfer_ops);
+                let transfer_ops = decide::settle_lookahead(plan, now, transfer_ops, self.pace());
+                let mut target = decide::settle_target(budget, plan, now, transfer_ops);
                 let drops = self.recompute_behaviour(limits).may_drop();
                 if drops {
                     target = target.saturating_sub(self.rebuild_bytes_due(
-                        &plan,
+                        plan,
                         step,
                         now,
                         transfer_ops,
@@ -290,7 +300,7 @@ impl DeviceEngine {
                 // Looked for only when an eviction runs (most ops under a budget run none), and
                 // only on a device that moves its victims (see `settle_ahead`).
                 let ahead = (!drops && self.device_committed() > target).then(|| {
-                    let (level, after) = decide::settle_ahead(budget, &plan, now, transfer_ops);
+                    let (level, after) = decide::settle_ahead(budget, plan, now, transfer_ops);
                     let placement = Placement { plan, step, now };
                     Room {
                         level,
@@ -347,18 +357,8 @@ impl DeviceEngine {
 
     /// Bytes of the dropped tensors rebuilt within [`decide::rebuild_reach`] of position `now`:
     /// room the settle keeps beside the ops' own.
-    fn rebuild_bytes_due(
-        &self,
-        plan: &Arc<UsePlan>,
-        step: u64,
-        now: u32,
-        transfer_ops: u32,
-    ) -> u64 {
-        let placement = Placement {
-            plan: plan.clone(),
-            step,
-            now,
-        };
+    fn rebuild_bytes_due(&self, plan: &UsePlan, step: u64, now: u32, transfer_ops: u32) -> u64 {
+        let placement = Placement { plan, step, now };
         let (from, until) = (
             placement.absolute(0),
             placement.absolute(decide::rebuild_reach(transfer_ops)),

@@ -1,6 +1,7 @@
 //! The step and its plan: step boundaries, the per-step counters, the use plan rebuilt from
 //! the tape, and where spilled tensors are due under it.
 
+use std::ops::Deref;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
@@ -19,14 +20,16 @@ pub(super) struct StepCounters {
     pub(super) last: Option<StepStats>,
 }
 
-/// A plan and a position in a step: turns next uses into absolute positions.
-pub(super) struct Placement {
-    pub(super) plan: Arc<UsePlan>,
+/// A plan and a position in a step: turns next uses into absolute positions. It holds the
+/// plan as it was given: an `Arc` where it outlives the call, a borrow on the per-op path,
+/// where each clone of the `Arc` is two more atomic read-modify-writes.
+pub(super) struct Placement<P = Arc<UsePlan>> {
+    pub(super) plan: P,
     pub(super) step: u64,
     pub(super) now: u32,
 }
 
-impl Placement {
+impl<P: Deref<Target = UsePlan>> Placement<P> {
     /// The absolute position `d` ops from now (a distance past the end of the step lands in
     /// the next one, whose positions restart at 0).
     pub(super) fn absolute(&self, d: u32) -> u64 {
