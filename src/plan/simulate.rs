@@ -756,7 +756,7 @@ impl<'a> Sim<'a> {
                 self.prefetched.contains(&id),
                 next_use,
                 window,
-                self.lead(id),
+                || self.lead(id),
             ) {
                 soon.push(candidate);
             } else {

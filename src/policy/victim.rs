@@ -119,6 +119,24 @@ impl VictimPolicy for CostAware {
     }
 }
 
+/// The policy in force, matched once per pass rather than called through a pointer for each
+/// candidate (a pass ranks every resident tensor).
+enum Ranking {
+    Lru(Lru),
+    NextUse(NextUsePolicy),
+    CostAware(CostAware),
+}
+
+impl Ranking {
+    fn rank(&self, c: &Candidate) -> f64 {
+        match self {
+            Ranking::Lru(policy) => policy.rank(c),
+            Ranking::NextUse(policy) => policy.rank(c),
+            Ranking::CostAware(policy) => policy.rank(c),
+        }
+    }
+}
+
 /// Orders `candidates` for eviction under `kind`. With `plan_len` `None` (no plan) every policy
 /// is LRU. The reference [`first_in_order`] is tested against (which is what the engine and the
 /// replay use: they need only the front of the order).
@@ -156,22 +174,17 @@ pub fn first_in_order(
     candidates: &[Candidate],
     want: u64,
 ) -> (Vec<TensorId>, u64) {
-    let rank: Box<dyn Fn(&Candidate) -> f64> = match (plan_len, kind) {
-        (None, _) | (Some(_), PolicyKind::Lru) => Box::new(|c| Lru.rank(c)),
-        (Some(len), PolicyKind::NextUse) => {
-            Box::new(move |c| NextUsePolicy { unknown: len }.rank(c))
-        }
-        (Some(len), PolicyKind::CostAware) => Box::new(move |c| {
-            CostAware {
-                unknown: len,
-                bandwidth,
-            }
-            .rank(c)
+    let ranking = match (plan_len, kind) {
+        (None, _) | (Some(_), PolicyKind::Lru) => Ranking::Lru(Lru),
+        (Some(len), PolicyKind::NextUse) => Ranking::NextUse(NextUsePolicy { unknown: len }),
+        (Some(len), PolicyKind::CostAware) => Ranking::CostAware(CostAware {
+            unknown: len,
+            bandwidth,
         }),
     };
     let mut keyed: Vec<(f64, u64, TensorId, u64)> = candidates
         .iter()
-        .map(|c| (rank(c), c.last_use, c.id, c.bytes))
+        .map(|c| (ranking.rank(c), c.last_use, c.id, c.bytes))
         .collect();
     let cmp = |a: &(f64, u64, TensorId, u64), b: &(f64, u64, TensorId, u64)| {
         a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)).then(a.2.cmp(&b.2))
@@ -246,9 +259,20 @@ pub fn read_by_next_op(next_use: NextUse) -> bool {
 
 /// Whether a resident tensor is needed soon: within the prefetch `window` plus the `lead` it
 /// earned, or brought back for a use that has not come yet. Such tensors leave only when
-/// nothing else is left ([`pick`]).
-pub fn needed_soon(prefetched: bool, next_use: NextUse, window: u32, lead: u32) -> bool {
-    prefetched || matches!(next_use, NextUse::In(d) if d <= window.saturating_add(lead))
+/// nothing else is left ([`pick`]). The lead is asked for only when it decides: a victim pass
+/// asks this of every resident tensor, and a lead is a map lookup.
+pub fn needed_soon(
+    prefetched: bool,
+    next_use: NextUse,
+    window: u32,
+    lead: impl FnOnce() -> u32,
+) -> bool {
+    prefetched
+        || match next_use {
+            NextUse::In(d) if d <= window => true,
+            NextUse::In(d) => d <= window.saturating_add(lead()),
+            NextUse::Never | NextUse::Unknown => false,
+        }
 }
 
 /// The victims that free `want` bytes: the first of `later` in `kind`'s order, then, when

@@ -124,9 +124,10 @@ impl DeviceEngine {
             if placement.due_of(next_use).is_some_and(|due| due <= beyond) {
                 return false;
             }
-            let leads = leads.get_or_insert_with(|| lock(&self.leads));
-            let lead = r.key.and_then(|k| leads.get(&k.key)).copied().unwrap_or(0);
-            !victim::needed_soon(r.prefetched, next_use, window, lead)
+            !victim::needed_soon(r.prefetched, next_use, window, || {
+                let leads = leads.get_or_insert_with(|| lock(&self.leads));
+                r.key.and_then(|k| leads.get(&k.key)).copied().unwrap_or(0)
+            })
         })
     }
 
@@ -353,7 +354,7 @@ impl DeviceEngine {
             if used_before || takes.spares(next_use) {
                 return looked_up;
             }
-            let lead = r.key.and_then(|k| leads.get(&k.key)).copied().unwrap_or(0);
+            let lead = || r.key.and_then(|k| leads.get(&k.key)).copied().unwrap_or(0);
             let candidate = victim::Candidate {
                 id: r.id,
                 bytes: r.bytes,
