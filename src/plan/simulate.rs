@@ -752,12 +752,9 @@ impl<'a> Sim<'a> {
                 next_use,
                 rebuild: None,
             };
-            if victim::needed_soon(
-                self.prefetched.contains(&id),
-                next_use,
-                window,
-                || self.lead(id),
-            ) {
+            if victim::needed_soon(self.prefetched.contains(&id), next_use, window, || {
+                self.lead(id)
+            }) {
                 soon.push(candidate);
             } else {
                 candidate.rebuild = self.rebuild_cost(id, now, waited_for);

@@ -53,7 +53,11 @@ impl DeviceEngine {
     /// lead each has earned by arriving late), soonest first, while they fit: a tensor fits
     /// when the room the ops up to its use will need is left free beside it (so that it is not
     /// evicted again before its use). Returns the room to make for the first one left out.
-    pub(super) fn prefetch_ahead(self: &Arc<Self>, limits: &Limits, plan: &UsePlan) -> Option<Room> {
+    pub(super) fn prefetch_ahead(
+        self: &Arc<Self>,
+        limits: &Limits,
+        plan: &UsePlan,
+    ) -> Option<Room> {
         let (step, now) = self.recorder.position();
         let window = limits.prefetch_window.min(plan.len());
         let reach = decide::reach(window, self.transfer_ops.load(Ordering::Relaxed));
