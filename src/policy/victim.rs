@@ -324,6 +324,33 @@ mod tests {
     }
 
     #[test]
+    fn needed_soon_is_within_the_window_plus_the_lead_which_is_asked_only_past_the_window() {
+        let unasked = || -> u32 { panic!("the lead decides nothing here") };
+        assert!(
+            needed_soon(false, NextUse::In(4), 4, unasked),
+            "at the window's edge"
+        );
+        assert!(
+            needed_soon(true, NextUse::Never, 4, unasked),
+            "brought back, not yet read"
+        );
+        assert!(!needed_soon(false, NextUse::Never, 4, unasked));
+        assert!(!needed_soon(false, NextUse::Unknown, 4, unasked));
+        assert!(
+            needed_soon(false, NextUse::In(6), 4, || 2),
+            "within its lead"
+        );
+        assert!(
+            !needed_soon(false, NextUse::In(7), 4, || 2),
+            "past its lead"
+        );
+        assert!(
+            needed_soon(false, NextUse::In(u32::MAX), u32::MAX - 1, || u32::MAX),
+            "the window plus the lead saturates"
+        );
+    }
+
+    #[test]
     fn without_a_plan_every_policy_is_lru() {
         let cs = vec![
             c(1, 10, 5, NextUse::Unknown),
