@@ -145,6 +145,10 @@ pub struct RecomputeStats {
     /// dropped too).
     #[serde(default)]
     pub chained_rebuilds: u64,
+    /// Ops the rebuilds ran again for inputs the program had let go (ghosts, recomputed from
+    /// their own recipes for the rebuild and let go again).
+    #[serde(default)]
+    pub ghosts_recomputed: u64,
     /// The time those ops took on the calling thread (on an asynchronous backend, their
     /// dispatch).
     pub rebuild_time: Duration,
@@ -169,6 +173,9 @@ impl RecomputeStats {
             chained_rebuilds: self
                 .chained_rebuilds
                 .saturating_sub(earlier.chained_rebuilds),
+            ghosts_recomputed: self
+                .ghosts_recomputed
+                .saturating_sub(earlier.ghosts_recomputed),
             rebuild_time: self.rebuild_time.saturating_sub(earlier.rebuild_time),
             dropped_now_bytes: self.dropped_now_bytes,
             behaviour: self.behaviour,

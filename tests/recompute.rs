@@ -38,12 +38,13 @@ fn dropping(config: SpillConfig) -> SpillConfig {
 fn report(what: &str, stats: &SpillStats) {
     let r = &stats.recompute;
     eprintln!(
-        "{what}: dropped {} ({} B), rebuilt {} ({} B, {} chained) in {:?}; moved d->h {} B, h->d {} B",
+        "{what}: dropped {} ({} B), rebuilt {} ({} B, {} chained, {} ghosts) in {:?}; moved d->h {} B, h->d {} B",
         r.dropped,
         r.dropped_bytes,
         r.rebuilt,
         r.rebuilt_bytes,
         r.chained_rebuilds,
+        r.ghosts_recomputed,
         r.rebuild_time,
         stats.device_to_host.bytes,
         stats.host_to_device.bytes
@@ -134,6 +135,47 @@ fn a_chain_of_dropped_tensors_is_rebuilt_recursively_and_exactly() {
         assert!(
             stats.recompute.chained_rebuilds > 0,
             "{what}: no rebuild needed another first: {:?}",
+            stats.recompute
+        );
+    }
+}
+
+/// One step in which `b = exp(x) * 2` is dropped while other work fills a small budget, after
+/// the program has let `exp(x)` go (the multiply consumed it): the rebuild of `b` recomputes
+/// `exp(x)` from `x`, which is read after `b`, as a ghost. Returns the reads.
+fn ghost_step<B: burn::tensor::backend::Backend>(device: &B::Device) -> Vec<TensorData> {
+    let x = Tensor::<B, 2>::from_data(
+        TensorData::new((0..64).map(|i| i as f32 / 32.0 - 1.0).collect(), [8, 8]),
+        device,
+    );
+    let b = x.clone().exp().mul_scalar(2.0);
+    let f1 = x.clone().mul_scalar(3.0);
+    let f2 = f1.clone().sin();
+    let f3 = f2.mul(f1);
+    let f3_read = f3.into_data();
+    let b_read = b.into_data();
+    let c = x.clone().add_scalar(1.0);
+    vec![f3_read, b_read, c.into_data(), x.into_data()]
+}
+
+#[test]
+fn an_input_the_program_let_go_is_recomputed_for_a_rebuild() {
+    let _device = ExclusiveDevice::take();
+    let plain = ghost_step::<Plain>(&Default::default());
+    for asynchronous in [false, true] {
+        // Room for one op with the rebuild's input and ghost beside it (tensors of 256 B).
+        let config =
+            dropping(SpillConfig::default().device_budget_bytes(768)).asynchronous(asynchronous);
+        let what = format!("ghost, async {asynchronous}");
+        let stats = marked_steps(&what, config, &plain, ghost_step::<Spill>);
+        assert!(
+            stats.recompute.dropped >= 1 && stats.recompute.rebuilt >= 1,
+            "{what}: `b` was not dropped and rebuilt: {:?}",
+            stats.recompute
+        );
+        assert!(
+            stats.recompute.ghosts_recomputed > 0,
+            "{what}: no rebuild recomputed `exp(x)`: {:?}",
             stats.recompute
         );
     }

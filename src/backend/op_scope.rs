@@ -160,6 +160,10 @@ pub(crate) struct OpScope<B: Backend> {
     times_recipe: bool,
     /// Its tensor arguments, for the recipe: noted once the device is known to drop victims.
     recipe_inputs: Option<RecipeInputs<B>>,
+    /// Whether the recipe keeps its inputs' recipes, so that a rebuild may recompute inputs
+    /// the program let go (not on a backend that runs several ops in one kernel: see
+    /// `recipe.rs`).
+    keeps_lineage: bool,
     /// Whether the engine was asked if this op runs untracked (see `engine::device::ample`).
     decided: bool,
     /// The op runs untracked: memory is ample, so its inputs are not pinned, it reserves
@@ -186,6 +190,7 @@ impl<B: Backend> OpScope<B> {
             recomputable: false,
             times_recipe: false,
             recipe_inputs: None,
+            keeps_lineage: false,
             decided: false,
             untracked: None,
             untracked_inputs: SmallVec::new(),
@@ -285,6 +290,11 @@ impl<B: Backend> OpScope<B> {
             evictable,
             victim: tensor.victim(),
             dropped: tier.is_none(),
+            rebuild_transient: if tier.is_none() {
+                tensor.rebuild_transient_bytes()
+            } else {
+                0
+            },
             for_rebuild,
         });
         if tier.is_none() {
@@ -310,17 +320,18 @@ impl<B: Backend> OpScope<B> {
             } else {
                 (false, false)
             };
-            let keeps =
-                drops && recompute::rebuilds_exactly(self.name, engine.queues().fuses_ops());
+            let fuses_ops = engine.queues().fuses_ops();
+            let keeps = drops && recompute::rebuilds_exactly(self.name, fuses_ops);
             if !keeps {
                 self.recomputable = false;
                 return;
             }
             self.times_recipe = measured;
+            self.keeps_lineage = !fuses_ops;
             self.recipe_inputs = Some(SmallVec::new());
         }
         if let Some(inputs) = &mut self.recipe_inputs {
-            recipe_input(inputs, tensor);
+            recipe_input(inputs, tensor, self.keeps_lineage);
         }
     }
 
@@ -343,7 +354,7 @@ impl<B: Backend> OpScope<B> {
         if let Some(inputs) = self.recipe_inputs.take()
             && output.evictable()
         {
-            output.set_recipe(Recipe::boxed(self.name, inputs, rerun, took));
+            output.set_recipe(Recipe::shared(self.name, inputs, output, rerun, took));
         }
     }
 

@@ -3,41 +3,63 @@
 //!
 //! A recipe is kept only for the rows marked `#[recompute]` in the forwarding tables (pure
 //! elementwise ops: no randomness, no state outside the inputs), and only while the device
-//! may drop victims. It refers to its inputs weakly, so it keeps nothing alive; when the
-//! engine drops the tensor the recipe holds its inputs until the rebuild. An input consumed in
-//! place by a later op is gone by then (its handle was the last one), so the tensor is never
-//! dropped against it.
+//! may drop victims. It refers to its inputs weakly, so it keeps no tensor alive; beside each
+//! input that has a recipe of its own it keeps that recipe (its lineage, a few ops deep at
+//! most: [`MAX_GHOST_CHAIN`]), so that once the program has let the input go, or consumed it in
+//! place, a rebuild can still recompute it (a ghost) from inputs that are alive. When the
+//! engine drops the tensor the recipe holds the inputs the rebuild relies on (its own, and its
+//! ghosts') until the rebuild; ghosts are recomputed for the rebuild alone and let go.
+//! On a backend that runs several ops in one kernel no lineage is kept: there a chain of ops
+//! recomputed one by one could round differently from the kernel that first ran them (see
+//! [`rebuilds_exactly`](crate::policy::recompute::rebuilds_exactly)).
 
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
-use burn_backend::Backend;
+use burn_backend::{Backend, TensorMetadata};
 use smallvec::SmallVec;
 
 use super::tensor::{Handle, Primitive, SpillTensor};
-use crate::engine::{RebuildPlan, Residency, Tier};
-use crate::plan::cost::{self, MatrixDtype, TensorView};
-use crate::policy::recompute::Rebuild;
+use crate::engine::{AliveInput, GhostPlan, RebuildInput, RebuildPlan, Residency, TensorId, Tier};
+use crate::plan::cost::{self, MatrixDtype, OpCost};
+use crate::policy::recompute::{MAX_GHOST_CHAIN, Rebuild};
 
 /// Runs the op again on its inputs' primitives (in argument order).
 pub(crate) type Rerun<B> = dyn Fn(&mut RecipeArgs<B>) -> Primitive<B> + Send + Sync;
 
 /// The op that made a tensor, to run again. Made as `Recipe<B, F>` for the op's closure `F`
-/// and kept boxed as `Recipe<B>`: the closure lives in the recipe's own allocation, so that
-/// keeping a recipe costs one allocation, not two.
+/// and kept as `Arc<Recipe<B>>`: the closure lives in the recipe's own allocation, and the
+/// recipes of the tensors it made inputs for share it as their lineage.
 pub(crate) struct Recipe<B: Backend, R: ?Sized = Rerun<B>> {
     op: &'static str,
     /// The tensor arguments, in order (an input read twice is here twice).
-    inputs: SmallVec<[Weak<Handle<B>>; 3]>,
-    /// The inputs, held while the tensor is dropped.
+    inputs: SmallVec<[RecipeInput<B>; 3]>,
+    /// While the tensor is dropped: the inputs its rebuild relies on (its own and its ghosts').
     held: Mutex<SmallVec<[Arc<Handle<B>>; 3]>>,
     /// The op's time when it last ran, in nanoseconds.
     op_nanos: AtomicU64,
     /// When dropped: how many dropped tensors its inputs depended on then.
     depth: AtomicU32,
+    /// When dropped: bytes of the ghosts its rebuild recomputes and lets go.
+    transient: AtomicU64,
+    /// The output's bytes, elements and dtype, to price the op once its tensor is gone.
+    output_bytes: u64,
+    output_elements: u64,
+    output_dtype: MatrixDtype,
+    /// How many ghosts deep its lineage reaches (0: it keeps none).
+    ghost_reach: u32,
     /// Last, as an unsized field must be.
     rerun: R,
+}
+
+/// One tensor argument of a recipe.
+pub(crate) struct RecipeInput<B: Backend> {
+    id: TensorId,
+    bytes: u64,
+    handle: Weak<Handle<B>>,
+    /// The argument's own recipe, to recompute it once the program has let it go.
+    lineage: Option<Arc<Recipe<B>>>,
 }
 
 /// The input primitives a [`Rerun`] takes, in argument order.
@@ -79,22 +101,35 @@ impl<B: Backend> RecipeArgs<B> {
 }
 
 impl<B: Backend> Recipe<B> {
-    /// The recipe of an op that ran on `inputs` in `took`, which `rerun` runs again.
-    pub(crate) fn boxed<F>(
+    /// The recipe of an op that ran on `inputs` in `took` and made `output`, which `rerun`
+    /// runs again.
+    pub(crate) fn shared<F>(
         op: &'static str,
-        inputs: SmallVec<[Weak<Handle<B>>; 3]>,
+        inputs: SmallVec<[RecipeInput<B>; 3]>,
+        output: &SpillTensor<B>,
         rerun: F,
         took: Duration,
-    ) -> Box<Self>
+    ) -> Arc<Self>
     where
         F: Fn(&mut RecipeArgs<B>) -> Primitive<B> + Send + Sync + 'static,
     {
-        Box::new(Recipe {
+        let ghost_reach = inputs
+            .iter()
+            .filter_map(|i| i.lineage.as_ref().map(|l| l.ghost_reach + 1))
+            .max()
+            .unwrap_or(0);
+        let output_dtype = matrix_dtype(output.dtype());
+        Arc::new(Recipe {
             op,
             inputs,
             held: Mutex::new(SmallVec::new()),
             op_nanos: AtomicU64::new(took.as_nanos().min(u64::MAX as u128) as u64),
             depth: AtomicU32::new(0),
+            transient: AtomicU64::new(0),
+            output_bytes: output.bytes(),
+            output_elements: output.shape().num_elements() as u64,
+            output_dtype,
+            ghost_reach,
             rerun,
         })
     }
@@ -103,21 +138,151 @@ impl<B: Backend> Recipe<B> {
         self.held.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// The inputs while they are alive and hold bytes somewhere (none taken by an op that
-    /// consumed it in place), upgraded; `None` otherwise. Each state is read under its lock
-    /// after the upgrade, and an op decides to consume a handle in place under that lock too,
-    /// by its reference count: so either the op saw this reference, or this sees the input
-    /// taken.
-    fn live_inputs(&self) -> Option<SmallVec<[Arc<Handle<B>>; 3]>> {
-        let mut live = SmallVec::new();
-        for weak in &self.inputs {
-            let input = weak.upgrade()?;
-            if matches!(*input.slot().lock(), Residency::Taken) {
-                return None;
+    /// Lets go of the inputs held for a rebuild (the tensor was rebuilt, or is gone).
+    pub(super) fn release_held(&self) {
+        let released = std::mem::take(&mut *self.held());
+        self.transient.store(0, Ordering::Relaxed);
+        drop(released);
+    }
+
+    /// The op's FLOPs and bytes (every op that keeps a recipe is elementwise).
+    fn cost(&self) -> OpCost {
+        let input_bytes = self
+            .inputs
+            .iter()
+            .enumerate()
+            .filter(|(k, i)| !self.inputs[..*k].iter().any(|seen| seen.id == i.id))
+            .map(|(_, i)| i.bytes)
+            .sum();
+        cost::elementwise(
+            input_bytes,
+            self.output_bytes,
+            self.output_elements,
+            self.output_dtype,
+        )
+    }
+
+    /// The inputs as the drop decision sees them, each once (see [`RebuildInput`]).
+    fn plan_inputs(&self) -> SmallVec<[RebuildInput; 3]> {
+        let mut planned: SmallVec<[RebuildInput; 3]> = SmallVec::new();
+        for input in &self.inputs {
+            if planned.iter().any(|p| p.id == input.id) {
+                continue;
             }
-            live.push(input);
+            let ghost = input.lineage.as_ref().map(|lineage| {
+                Box::new(GhostPlan {
+                    inputs: lineage.plan_inputs(),
+                    op_time: Duration::from_nanos(lineage.op_nanos.load(Ordering::Relaxed)),
+                    cost: lineage.cost(),
+                })
+            });
+            planned.push(RebuildInput {
+                id: input.id,
+                bytes: input.bytes,
+                alive: input.handle.upgrade().and_then(|h| alive(&h)),
+                ghost,
+            });
         }
-        Some(live)
+        planned
+    }
+
+    /// Adds to `held` the inputs named in `leaves` that a rebuild of this recipe relies on,
+    /// upgraded, following the lineage of the others. False when one is gone or has neither.
+    /// Each state is read under its lock after the upgrade, and an op decides to consume a
+    /// handle in place under that lock too, by its reference count: so either the op saw this
+    /// reference, or this sees the input taken.
+    fn hold_leaves(&self, leaves: &[TensorId], held: &mut SmallVec<[Arc<Handle<B>>; 3]>) -> bool {
+        for input in &self.inputs {
+            if leaves.contains(&input.id) {
+                if held.iter().any(|h| h.id() == input.id) {
+                    continue;
+                }
+                let Some(handle) = input.handle.upgrade() else {
+                    return false;
+                };
+                if matches!(*handle.slot().lock(), Residency::Taken) {
+                    return false;
+                }
+                held.push(handle);
+            } else if !input
+                .lineage
+                .as_ref()
+                .is_some_and(|lineage| lineage.hold_leaves(leaves, held))
+            {
+                return false;
+            }
+        }
+        true
+    }
+
+    /// Runs this op again on `leaves` (the held inputs' primitives), recomputing the inputs
+    /// that are not among them from their lineage first. `owner` and `ghosts` are for the
+    /// panic and the count.
+    ///
+    /// # Panics
+    /// When an input is neither held nor recomputable: a bug, named with the tensor, its op and
+    /// the input.
+    fn run(
+        &self,
+        leaves: &[(TensorId, Primitive<B>)],
+        owner: TensorId,
+        ghosts: &mut u64,
+    ) -> Primitive<B> {
+        let mut primitives = Vec::with_capacity(self.inputs.len());
+        for input in &self.inputs {
+            if let Some((_, primitive)) = leaves.iter().find(|(id, _)| *id == input.id) {
+                primitives.push(primitive.clone());
+            } else if let Some(lineage) = &input.lineage {
+                let ghost = lineage.run(leaves, owner, ghosts);
+                *ghosts += 1;
+                primitives.push(ghost);
+            } else {
+                panic!(
+                    "burn-spill: tensor {owner} was dropped to be rebuilt, but input {} of `{}` \
+                     in its recipe is gone (neither held nor recomputable); this is a bug in burn-spill",
+                    input.id, self.op
+                );
+            }
+        }
+        (self.rerun)(&mut RecipeArgs {
+            op: self.op,
+            primitives: primitives.into_iter(),
+        })
+    }
+}
+
+/// Where the bytes of an input a program still holds are, or `None` when an op consumed it in
+/// place (its values are gone with its buffer).
+fn alive<B: Backend>(input: &Handle<B>) -> Option<AliveInput> {
+    let dropped = {
+        let state = input.slot().lock();
+        match &*state {
+            Residency::Taken => return None,
+            Residency::Dropped => true,
+            Residency::Host { .. }
+            | Residency::Disk(_)
+            | Residency::InFlight { from: Tier::Device } => {
+                return Some(AliveInput {
+                    dropped_depth: None,
+                    off_device: true,
+                });
+            }
+            _ => false,
+        }
+    };
+    Some(AliveInput {
+        dropped_depth: dropped
+            .then(|| input.recipe().map(|r| r.depth.load(Ordering::Relaxed)))
+            .flatten(),
+        off_device: false,
+    })
+}
+
+fn matrix_dtype(dtype: burn_backend::DType) -> MatrixDtype {
+    match dtype {
+        burn_backend::DType::F16 => MatrixDtype::F16,
+        burn_backend::DType::BF16 => MatrixDtype::Bf16,
+        _ => MatrixDtype::F32,
     }
 }
 
@@ -125,62 +290,27 @@ impl<B: Backend> Handle<B> {
     /// The drop decision's view of this tensor's recipe (see [`RebuildPlan`]).
     pub(super) fn rebuild_plan(&self) -> Option<RebuildPlan> {
         let recipe = self.recipe()?;
-        let inputs = recipe.live_inputs()?;
-        let depth = chain_depth(&inputs);
-        let ids: SmallVec<[_; 3]> = inputs.iter().map(|i| i.id()).collect();
-        let views: SmallVec<[TensorView; 3]> = inputs.iter().map(|i| i.cost_view()).collect();
-        let cost = cost::cost_of(recipe.op, &views, &[self.cost_view()]);
-        let first_of_each = |k: &usize| !ids[..*k].contains(&ids[*k]);
-        let input_bytes = views
-            .iter()
-            .enumerate()
-            .filter(|(k, _)| first_of_each(k))
-            .map(|(_, v)| v.bytes)
-            .sum();
-        let inputs_off_device = inputs
-            .iter()
-            .enumerate()
-            .filter(|(k, input)| first_of_each(k) && leaves_or_left_the_device(input))
-            .map(|(_, input)| input.bytes)
-            .sum();
-        drop(views);
-        drop(inputs);
         Some(RebuildPlan {
-            inputs: ids,
-            input_bytes,
+            inputs: recipe.plan_inputs(),
             rebuild: Rebuild {
                 op_time: Duration::from_nanos(recipe.op_nanos.load(Ordering::Relaxed)),
-                depth,
-                inputs_off_device,
+                depth: 0,
+                inputs_off_device: 0,
             },
-            cost,
+            cost: recipe.cost(),
         })
     }
 
-    /// What the cost model reads of this tensor.
-    fn cost_view(&self) -> TensorView<'_> {
-        let dtype = match self.dtype() {
-            burn_backend::DType::F16 => MatrixDtype::F16,
-            burn_backend::DType::BF16 => MatrixDtype::Bf16,
-            _ => MatrixDtype::F32,
-        };
-        TensorView {
-            id: self.id(),
-            bytes: self.bytes,
-            dtype,
-            shape: self.shape().as_slice(),
-        }
-    }
-
-    /// Frees the device bytes and holds the recipe's inputs until the rebuild (see
+    /// Frees the device bytes and holds the inputs named in `leaves` until the rebuild (see
     /// [`Spillable::drop_for_rebuild`](crate::engine::Spillable::drop_for_rebuild)).
-    pub(super) fn drop_for_rebuild(&self) -> bool {
+    pub(super) fn drop_for_rebuild(&self, leaves: &[TensorId], transient: u64) -> bool {
         let Some(recipe) = self.recipe() else {
             return false;
         };
-        let Some(inputs) = recipe.live_inputs() else {
+        let mut inputs = SmallVec::new();
+        if !recipe.hold_leaves(leaves, &mut inputs) {
             return false;
-        };
+        }
         let depth = chain_depth(&inputs);
         // Dropping a lazy backend's primitive may register a free (see `DeviceQueues::exclusive`).
         let _exclusive = self.engine().queues().exclusive();
@@ -192,13 +322,14 @@ impl<B: Backend> Handle<B> {
         }
         let device = std::mem::replace(&mut *state, Residency::Dropped);
         recipe.depth.store(depth, Ordering::Relaxed);
+        recipe.transient.store(transient, Ordering::Relaxed);
         *recipe.held() = inputs;
         self.engine()
             .ledger()
             .on_dropped_for_rebuild(self.bytes, self.role());
         drop(state);
         tracing::debug!(target: "burn_spill::engine", id = self.id(), op = recipe.op,
-            bytes = self.bytes, "dropped, to be rebuilt");
+            bytes = self.bytes, transient, "dropped, to be rebuilt");
         drop(device);
         true
     }
@@ -216,9 +347,17 @@ impl<B: Backend> Handle<B> {
         }
     }
 
+    /// Bytes of the ghosts a rebuild of this dropped tensor recomputes beside it (0 when it
+    /// is not dropped, or relies on none).
+    pub(super) fn rebuild_transient_bytes(&self) -> u64 {
+        self.recipe()
+            .map_or(0, |recipe| recipe.transient.load(Ordering::Relaxed))
+    }
+
     /// Runs the recipe of a dropped tensor again and puts the result on the device (its
-    /// inputs first made resident, rebuilt themselves if they were dropped). Another thread
-    /// that rebuilt it first wins; this result is then let go.
+    /// held inputs first made resident, rebuilt themselves if they were dropped; its ghosts
+    /// recomputed from them). Another thread that rebuilt it first wins; this result is then
+    /// let go.
     ///
     /// # Panics
     /// When an input is gone or the op gives another dtype or shape: a bug, named with the
@@ -242,35 +381,25 @@ impl<B: Backend> Handle<B> {
             }
             recipe.held().clone()
         };
-        if inputs.len() != recipe.inputs.len() {
-            let missing = recipe
-                .inputs
-                .iter()
-                .position(|w| w.strong_count() == 0)
-                .unwrap_or(inputs.len());
-            panic!(
-                "burn-spill: tensor {} was dropped to be rebuilt by `{}` but input {missing} of \
-                 that op is gone; this is a bug in burn-spill",
-                self.id(),
-                recipe.op
-            );
-        }
         let chained = inputs
             .iter()
             .filter(|i| matches!(*i.slot().lock(), Residency::Dropped))
             .count();
         self.engine().ledger().on_chained_rebuild(chained as u64);
-        let primitives: Vec<Primitive<B>> = inputs
+        let leaves: SmallVec<[(TensorId, Primitive<B>); 3]> = inputs
             .iter()
-            .map(|input| SpillTensor::from_handle(input.clone()).with_primitive(Clone::clone))
+            .map(|input| {
+                let primitive =
+                    SpillTensor::from_handle(input.clone()).with_primitive(Clone::clone);
+                (input.id(), primitive)
+            })
             .collect();
         let exclusive = self.engine().queues().exclusive();
         let start = Instant::now();
-        let rebuilt = (recipe.rerun)(&mut RecipeArgs {
-            op: recipe.op,
-            primitives: primitives.into_iter(),
-        });
+        let mut ghosts = 0;
+        let rebuilt = recipe.run(&leaves, self.id(), &mut ghosts);
         let took = start.elapsed();
+        drop(leaves);
         run_alone(&rebuilt);
         drop(exclusive);
         self.check_rebuilt(&rebuilt, recipe.op);
@@ -280,22 +409,25 @@ impl<B: Backend> Handle<B> {
             self.engine()
                 .ledger()
                 .on_rebuilt(self.bytes, self.role(), took);
+            self.engine().ledger().on_ghosts_recomputed(ghosts);
             None
         } else {
             Some(rebuilt)
         };
         drop(state);
         drop(lost_race);
-        recipe.op_nanos.store(
-            took.as_nanos().min(u64::MAX as u128) as u64,
-            Ordering::Relaxed,
-        );
+        // Measured with its ghosts: what the last rebuild took.
+        if ghosts == 0 {
+            recipe.op_nanos.store(
+                took.as_nanos().min(u64::MAX as u128) as u64,
+                Ordering::Relaxed,
+            );
+        }
         // The inputs are the program's again (dropping them may run their handles' drops).
-        let released = std::mem::take(&mut *recipe.held());
-        drop(released);
+        recipe.release_held();
         drop(inputs);
         tracing::debug!(target: "burn_spill::engine", id = self.id(), op = recipe.op,
-            micros = took.as_micros() as u64, "rebuilt");
+            ghosts, micros = took.as_micros() as u64, "rebuilt");
         self.after_rebuild();
     }
 }
@@ -311,15 +443,6 @@ fn run_alone<B: Backend>(rebuilt: &Primitive<B>) {
     let _ = rebuilt;
 }
 
-/// Whether `input`'s bytes are in the host tier or on disk, or being copied there: a rebuild
-/// now would have to bring them back first.
-fn leaves_or_left_the_device<B: Backend>(input: &Handle<B>) -> bool {
-    matches!(
-        *input.slot().lock(),
-        Residency::Host { .. } | Residency::Disk(_) | Residency::InFlight { from: Tier::Device }
-    )
-}
-
 /// How many dropped tensors a recipe with these inputs depends on: one more than the deepest
 /// dropped input's chain, 0 when none is dropped.
 fn chain_depth<B: Backend>(inputs: &[Arc<Handle<B>>]) -> u32 {
@@ -331,10 +454,27 @@ fn chain_depth<B: Backend>(inputs: &[Arc<Handle<B>>]) -> u32 {
         .unwrap_or(0)
 }
 
-/// The inputs an op's scope notes for its recipe: weak references to its tensor arguments.
-pub(crate) type RecipeInputs<B> = SmallVec<[Weak<Handle<B>>; 3]>;
+/// The inputs an op's scope notes for its recipe.
+pub(crate) type RecipeInputs<B> = SmallVec<[RecipeInput<B>; 3]>;
 
-/// Notes `tensor` as the next input of a recipe.
-pub(crate) fn recipe_input<B: Backend>(inputs: &mut RecipeInputs<B>, tensor: &SpillTensor<B>) {
-    inputs.push(tensor.weak_handle());
+/// Notes `tensor` as the next input of a recipe: weakly, with its own recipe as lineage when
+/// `ghosts` allows it and that recipe reaches fewer than [`MAX_GHOST_CHAIN`] ghosts deep.
+pub(crate) fn recipe_input<B: Backend>(
+    inputs: &mut RecipeInputs<B>,
+    tensor: &SpillTensor<B>,
+    ghosts: bool,
+) {
+    let lineage = if ghosts {
+        tensor
+            .shared_recipe()
+            .filter(|recipe| recipe.ghost_reach < MAX_GHOST_CHAIN)
+    } else {
+        None
+    };
+    inputs.push(RecipeInput {
+        id: tensor.id(),
+        bytes: tensor.bytes(),
+        handle: tensor.weak_handle(),
+        lineage,
+    });
 }

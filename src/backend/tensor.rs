@@ -116,7 +116,7 @@ pub(crate) struct Handle<B: Backend> {
     evictable: bool,
     /// How to rebuild the bytes after a drop, for outputs of pure ops while the device may
     /// drop victims (see `recipe.rs`).
-    recipe: OnceLock<Box<Recipe<B>>>,
+    recipe: OnceLock<Arc<Recipe<B>>>,
 }
 
 type State<B> = Residency<Primitive<B>, HostTensor>;
@@ -276,7 +276,7 @@ impl<B: Backend> Handle<B> {
     }
 
     pub(super) fn recipe(&self) -> Option<&Recipe<B>> {
-        self.recipe.get().map(Box::as_ref)
+        self.recipe.get().map(Arc::as_ref)
     }
 
     pub(super) fn id(&self) -> TensorId {
@@ -346,6 +346,13 @@ impl<B: Backend> Drop for Handle<B> {
         if listed_at != NOT_LISTED {
             self.engine.unlist(listed_at, self.id);
         }
+        drop(_exclusive);
+        // The recipe may outlive the handle, as the lineage of the recipes of tensors made from
+        // this one: what it held for a rebuild goes now (its handles' drops take the lock
+        // again, so after it).
+        if let Some(recipe) = self.recipe.get() {
+            recipe.release_held();
+        }
     }
 }
 
@@ -392,8 +399,13 @@ impl<B: Backend> Spillable for Handle<B> {
         Handle::rebuild_plan(self)
     }
 
-    fn drop_for_rebuild(&self, _engine: &DeviceEngine) -> bool {
-        Handle::drop_for_rebuild(self)
+    fn drop_for_rebuild(
+        &self,
+        _engine: &DeviceEngine,
+        leaves: &[TensorId],
+        transient: u64,
+    ) -> bool {
+        Handle::drop_for_rebuild(self, leaves, transient)
     }
 
     fn prefetch(&self, engine: &DeviceEngine) -> bool {
@@ -535,7 +547,7 @@ impl<B: Backend> SpillTensor<B> {
     }
 
     /// Gives this fresh output the recipe that rebuilds it.
-    pub(crate) fn set_recipe(&self, recipe: Box<Recipe<B>>) {
+    pub(crate) fn set_recipe(&self, recipe: Arc<Recipe<B>>) {
         // A fresh output has none yet; an op returning one of its inputs keeps the first.
         let _ = self.handle.recipe.set(recipe);
     }
@@ -543,6 +555,17 @@ impl<B: Backend> SpillTensor<B> {
     /// The held inputs of a dropped tensor (empty otherwise), for the op that rebuilds it.
     pub(crate) fn rebuild_inputs(&self) -> smallvec::SmallVec<[SpillTensor<B>; 3]> {
         self.handle.held_inputs()
+    }
+
+    /// Bytes of the ghosts the rebuild of this dropped tensor recomputes and lets go (see
+    /// `recipe.rs`): room its op needs beside the rebuild's inputs.
+    pub(crate) fn rebuild_transient_bytes(&self) -> u64 {
+        self.handle.rebuild_transient_bytes()
+    }
+
+    /// This tensor's recipe, shared: the lineage a recipe reading it keeps.
+    pub(crate) fn shared_recipe(&self) -> Option<Arc<Recipe<B>>> {
+        self.handle.recipe.get().cloned()
     }
 
     /// The tier holding the bytes, or `None` when they were dropped to be rebuilt.

@@ -53,10 +53,17 @@ pub trait Spillable: Send + Sync {
     fn rebuild_plan(&self) -> Option<RebuildPlan> {
         None
     }
-    /// Frees the device bytes and keeps the recipe, with its inputs held alive, to rebuild them
-    /// when next used. Returns false (and changes nothing) when the tensor is not on the
-    /// device, is busy, or its recipe's inputs are gone.
-    fn drop_for_rebuild(&self, _engine: &DeviceEngine) -> bool {
+    /// Frees the device bytes and keeps the recipe, holding alive the inputs `leaves` names (of
+    /// its recipe, or of the recipes of inputs recomputed as ghosts: see [`RebuildInput`]), to
+    /// rebuild them when next used; `transient` is the ghosts' bytes, which the rebuild makes
+    /// and lets go. Returns false (and changes nothing) when the tensor is not on the device,
+    /// is busy, or an input it relies on is gone.
+    fn drop_for_rebuild(
+        &self,
+        _engine: &DeviceEngine,
+        _leaves: &[TensorId],
+        _transient: u64,
+    ) -> bool {
         false
     }
 }
@@ -64,14 +71,48 @@ pub trait Spillable: Send + Sync {
 /// What a tensor's recipe needs, for the engine's decision to drop it.
 #[derive(Debug, Clone)]
 pub struct RebuildPlan {
-    /// The recipe's inputs, in argument order.
-    pub inputs: smallvec::SmallVec<[TensorId; 3]>,
-    /// Their bytes, each input once: what a rebuild brings to the device beside the op that
-    /// needs it.
-    pub input_bytes: u64,
-    /// What a rebuild costs, with the op's time as last measured.
+    /// The recipe's inputs, in argument order, each once.
+    pub inputs: smallvec::SmallVec<[RebuildInput; 3]>,
+    /// The op's time as last measured (`depth` and `inputs_off_device` are the decision's, from
+    /// the inputs it relies on).
     pub rebuild: crate::policy::recompute::Rebuild,
     /// The op's FLOPs and bytes, from its shapes, to model its time on a device.
+    pub cost: crate::plan::cost::OpCost,
+}
+
+/// One input of a recipe, as the decision to drop sees it: the tensor the program holds, if it
+/// still does, and how it could be recomputed if it did not (a ghost).
+#[derive(Debug, Clone)]
+pub struct RebuildInput {
+    /// Its id.
+    pub id: TensorId,
+    /// Its bytes.
+    pub bytes: u64,
+    /// While the program holds it (and no op consumed it in place): where its bytes are.
+    pub alive: Option<AliveInput>,
+    /// Its own recipe, kept with the recipe that reads it, so that it can be recomputed for a
+    /// rebuild once the program has let it go.
+    pub ghost: Option<Box<GhostPlan>>,
+}
+
+/// Where an input a program still holds has its bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AliveInput {
+    /// Dropped itself: how many dropped tensors its own recipe depended on then.
+    pub dropped_depth: Option<u32>,
+    /// In the host tier, on disk, or leaving the device.
+    pub off_device: bool,
+}
+
+/// How an input the program has let go would be recomputed: its op, run again on its own
+/// inputs.
+#[derive(Debug, Clone)]
+pub struct GhostPlan {
+    /// The op's inputs, in argument order, each once.
+    pub inputs: smallvec::SmallVec<[RebuildInput; 3]>,
+    /// The op's time as last measured.
+    pub op_time: std::time::Duration,
+    /// Its FLOPs and bytes.
     pub cost: crate::plan::cost::OpCost,
 }
 

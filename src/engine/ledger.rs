@@ -154,6 +154,7 @@ pub struct Ledger {
     rebuilt: AtomicU64,
     rebuilt_bytes: AtomicU64,
     chained_rebuilds: AtomicU64,
+    ghosts_recomputed: AtomicU64,
     rebuild_nanos: AtomicU64,
 }
 
@@ -213,6 +214,14 @@ impl Ledger {
     pub fn on_chained_rebuild(&self, inputs: u64) {
         if inputs > 0 {
             self.chained_rebuilds.fetch_add(inputs, Ordering::Relaxed);
+        }
+    }
+
+    /// Records that a rebuild recomputed `ghosts` inputs the program had let go (see
+    /// `backend/recipe.rs`).
+    pub fn on_ghosts_recomputed(&self, ghosts: u64) {
+        if ghosts > 0 {
+            self.ghosts_recomputed.fetch_add(ghosts, Ordering::Relaxed);
         }
     }
 
@@ -511,6 +520,7 @@ impl Ledger {
                 rebuilt: self.rebuilt.load(Ordering::Relaxed),
                 rebuilt_bytes: self.rebuilt_bytes.load(Ordering::Relaxed),
                 chained_rebuilds: self.chained_rebuilds.load(Ordering::Relaxed),
+                ghosts_recomputed: self.ghosts_recomputed.load(Ordering::Relaxed),
                 rebuild_time: Duration::from_nanos(self.rebuild_nanos.load(Ordering::Relaxed)),
                 dropped_now_bytes: self.dropped_now.load(Ordering::Relaxed),
                 // The engine's choice, not a counter: the engine fills it in.

@@ -21,7 +21,7 @@ pub mod slot;
 pub mod transfer;
 
 pub use device::{DeviceEngine, HandOver, Limits, OpInput, OpOutput, OpTicket, UntrackedOp};
-pub use index::{RebuildPlan, Spillable};
+pub use index::{AliveInput, GhostPlan, RebuildInput, RebuildPlan, Spillable};
 pub use ledger::{LiveSummary, TensorRole};
 pub use queues::{DeviceQueues, ExclusiveLock, ExclusiveWork, PoolUsage};
 pub use registry::{DeviceKey, engine_ref};

@@ -225,6 +225,24 @@ pub fn cost_of(name: &str, inputs: &[TensorView], outputs: &[TensorView]) -> OpC
     }
 }
 
+/// The cost of an elementwise op, as [`cost_of`] gives it, from its inputs' bytes (each input
+/// once) and its output's bytes and elements: what a recipe prices its op with once the
+/// tensors' shapes are gone (every op that keeps a recipe is elementwise).
+pub fn elementwise(
+    input_bytes: u64,
+    output_bytes: u64,
+    output_elements: u64,
+    dtype: MatrixDtype,
+) -> OpCost {
+    OpCost {
+        class: OpClass::Memory,
+        matrix_flops: 0.0,
+        vector_flops: output_elements as f64,
+        bytes: input_bytes + output_bytes,
+        dtype,
+    }
+}
+
 /// Seconds `cost` keeps the device's compute stream busy on `profile` (a host transfer keeps
 /// it waiting for the link).
 pub fn device_seconds(cost: &OpCost, profile: &DeviceProfile) -> f64 {
@@ -356,6 +374,23 @@ mod tests {
         };
         let all: Vec<&TensorRecord> = inputs.iter().chain(outputs).collect();
         op_cost(&op, |id| all.iter().copied().find(|t| t.id == id))
+    }
+
+    #[test]
+    fn every_op_that_keeps_a_recipe_costs_what_its_bytes_and_elements_say() {
+        // A recipe prices its op without shapes (`elementwise`): right only while every op
+        // that keeps one is elementwise.
+        let a = record(1, &[4, 8], "F32");
+        let b = record(2, &[4, 8], "F32");
+        let out = record(3, &[4, 8], "F32");
+        for name in crate::policy::recompute::RECOMPUTABLE_OPS {
+            let from_shapes = cost(name, &[a.clone(), b.clone(), a.clone()], &[out.clone()]);
+            assert_eq!(
+                from_shapes,
+                elementwise(256, 128, 32, MatrixDtype::F32),
+                "{name}"
+            );
+        }
     }
 
     #[test]

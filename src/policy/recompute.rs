@@ -1,16 +1,18 @@
 //! Swap or recompute: whether a victim's bytes are moved off the device or dropped, to be
 //! rebuilt from the inputs of the op that made it when it is next used.
 //!
-//! The rule for memory (why a recipe can never hold more than swapping would): a tensor is
-//! dropped only when every input of its recipe is alive now and, by the use plan, still read at
-//! or after the tensor's own next use in this step, so the recipe keeps nothing alive that the
-//! program itself would not keep alive until then; and only when the op at that use, with the
-//! recipe's inputs beside it, fits the budget (the rebuild needs them on the device there).
+//! The rule for memory (why a recipe can never hold more than swapping would, [`chain`]): a
+//! tensor is dropped only when each input of its recipe is either alive now and, by the use
+//! plan, still read at or after the tensor's own next use in this step (so the recipe holds
+//! nothing the program itself would not keep alive until then), or recomputable from its own
+//! recipe, kept beside it as lineage, from inputs that are (a ghost: it holds no bytes, and the
+//! rebuild recomputes it and lets it go); and only when the op at that use, with those inputs
+//! and the ghosts beside it, fits the budget (the rebuild needs them on the device there).
 //! Without a plan, or outside a marked step (whose positions the plan is read at), nothing is
-//! dropped. A dropped
-//! tensor holds its inputs until it is rebuilt or dropped itself (so a plan that was wrong costs
-//! memory, never data), and chains of dropped tensors are at most [`MAX_REBUILD_DEPTH`] deep when
-//! each is dropped.
+//! dropped. A dropped tensor holds the inputs it relies on until it is rebuilt or dropped
+//! itself (so a plan that was wrong costs memory, never data), chains of dropped tensors are at
+//! most [`MAX_REBUILD_DEPTH`] deep when each is dropped, and ghosts at most
+//! [`MAX_GHOST_CHAIN`].
 //!
 //! The rule for time ([`RecomputeMode::Both`]): what either choice costs the ops, not the
 //! device. A rebuild runs on their stream; a move runs on the link, and costs them only the
@@ -24,10 +26,13 @@ use std::str::FromStr;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
+use smallvec::SmallVec;
 
 use super::PolicyKind;
 use super::victim::Bandwidth;
 use crate::SpillError;
+use crate::engine::TensorId;
+use crate::engine::index::RebuildInput;
 use crate::plan::cost::{self, KernelModel, OpCost};
 use crate::tape::StepTape;
 
@@ -173,6 +178,83 @@ pub const ASYNC_DEFAULT_PROFILE: &str = "rtx4090-pcie4";
 /// How deep a chain of dropped tensors may be when one more is dropped: a rebuild runs this
 /// many ops at most before the op that needs it.
 pub const MAX_REBUILD_DEPTH: u32 = 4;
+
+/// How many ghosts deep a recipe may reach. A recipe keeps, beside each input, that input's
+/// own recipe (so that a rebuild can recompute an input the program has let go: a ghost) only
+/// while the input's recipe reaches fewer than this many ghosts deep itself. This bounds the
+/// ops one rebuild recomputes, and the recipes kept for it: without a bound, a parameter's
+/// recipe (the optimizer's update) would keep every earlier step's. On the planner's GPT-125M
+/// tapes, chains of 2, 4 and 8 let the same tensors be dropped (`docs/planner.md`).
+pub const MAX_GHOST_CHAIN: u32 = 4;
+
+/// What a rebuild relies on, as [`chain`] chose it.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Chain {
+    /// The inputs held alive while the tensor is dropped, each once: the recipe's own, and
+    /// those of the ghosts.
+    pub leaves: SmallVec<[TensorId; 4]>,
+    /// Their bytes.
+    pub leaf_bytes: u64,
+    /// Bytes of the ghosts the rebuild recomputes and lets go again: on the device beside the
+    /// leaves while it runs.
+    pub ghost_bytes: u64,
+    /// How many ops it runs for them.
+    pub ghost_ops: u32,
+    /// Their time, as `op_time` gave it.
+    pub ghost_time: Duration,
+    /// One more than the deepest chain of dropped tensors among the leaves (0 when none is
+    /// dropped): see [`Rebuild::depth`].
+    pub depth: u32,
+    /// Bytes of the leaves off the device now: see [`Rebuild::inputs_off_device`].
+    pub inputs_off_device: u64,
+}
+
+/// The memory rule over a recipe's `inputs`: an input the program holds and reads again at or
+/// after the rebuild (`outlives`) is held until then, a leaf, which costs no memory the program
+/// would not hold anyway; any other is recomputed from its own recipe during the rebuild (a
+/// ghost), its inputs under the same rule. An input that is neither makes the tensor one that
+/// may not be dropped (`None`). `op_time` times a ghost's op from its measured time and cost.
+pub fn chain(
+    inputs: &[RebuildInput],
+    outlives: &mut impl FnMut(TensorId) -> bool,
+    op_time: &impl Fn(Duration, &OpCost) -> Duration,
+) -> Option<Chain> {
+    let mut chain = Chain::default();
+    add_inputs(&mut chain, inputs, outlives, op_time)?;
+    Some(chain)
+}
+
+fn add_inputs(
+    chain: &mut Chain,
+    inputs: &[RebuildInput],
+    outlives: &mut impl FnMut(TensorId) -> bool,
+    op_time: &impl Fn(Duration, &OpCost) -> Duration,
+) -> Option<()> {
+    for input in inputs {
+        if let Some(alive) = input.alive
+            && outlives(input.id)
+        {
+            if chain.leaves.contains(&input.id) {
+                continue;
+            }
+            chain.leaves.push(input.id);
+            chain.leaf_bytes += input.bytes;
+            if let Some(depth) = alive.dropped_depth {
+                chain.depth = chain.depth.max(depth + 1);
+            }
+            if alive.off_device {
+                chain.inputs_off_device += input.bytes;
+            }
+            continue;
+        }
+        let ghost = input.ghost.as_deref()?;
+        add_inputs(chain, &ghost.inputs, outlives, op_time)?;
+        chain.ghost_bytes += input.bytes;
+        chain.ghost_ops += 1;
+        chain.ghost_time += op_time(ghost.op_time, &ghost.cost);
+    }
+    Some(())
+}
 
 /// What rebuilding one victim costs.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -490,6 +572,7 @@ pub fn exposed_rebuild_seconds(victim: &Victim, rebuild: &Rebuild) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::engine::AliveInput;
 
     fn victim(bytes: u64, hidden: bool) -> Victim {
         let link = Bandwidth {
@@ -511,6 +594,101 @@ mod tests {
             depth,
             inputs_off_device: 0,
         }
+    }
+
+    /// An input of `bytes`, alive (dropped `dropped` deep, or off the device) or not, with
+    /// `ghost` as its recipe's inputs if it keeps one.
+    fn input(
+        id: TensorId,
+        bytes: u64,
+        alive: Option<AliveInput>,
+        ghost: Option<Vec<RebuildInput>>,
+    ) -> RebuildInput {
+        RebuildInput {
+            id,
+            bytes,
+            alive,
+            ghost: ghost.map(|inputs| {
+                Box::new(crate::engine::GhostPlan {
+                    inputs: inputs.into_iter().collect(),
+                    op_time: Duration::from_micros(id),
+                    cost: cost::elementwise(0, 0, 0, crate::plan::cost::MatrixDtype::F32),
+                })
+            }),
+        }
+    }
+
+    const RESIDENT: Option<AliveInput> = Some(AliveInput {
+        dropped_depth: None,
+        off_device: false,
+    });
+
+    #[test]
+    fn a_chain_holds_inputs_read_at_the_rebuild_and_recomputes_the_others_as_ghosts() {
+        let op_time = |measured: Duration, _: &OpCost| measured;
+        let outlives_all_but = |dead: &'static [TensorId]| move |id| !dead.contains(&id);
+        // x (1) is read at the rebuild; a = f(x) (2) is not, but keeps its recipe: a ghost.
+        let a = || input(2, 200, RESIDENT, Some(vec![input(1, 100, RESIDENT, None)]));
+        let chain = chain(&[a()], &mut outlives_all_but(&[2]), &op_time).unwrap();
+        assert_eq!(chain.leaves.as_slice(), &[1]);
+        assert_eq!(
+            (chain.leaf_bytes, chain.ghost_bytes, chain.ghost_ops),
+            (100, 200, 1)
+        );
+        assert_eq!(chain.ghost_time, Duration::from_micros(2));
+        // Read at the rebuild, a is held itself and nothing is recomputed.
+        let held = super::chain(&[a()], &mut outlives_all_but(&[]), &op_time).unwrap();
+        assert_eq!(held.leaves.as_slice(), &[2]);
+        assert_eq!((held.ghost_bytes, held.ghost_ops), (0, 0));
+        // Gone from the program (or consumed in place), a is still recomputed from x.
+        let gone = || input(2, 200, None, Some(vec![input(1, 100, RESIDENT, None)]));
+        assert_eq!(
+            super::chain(&[gone()], &mut outlives_all_but(&[]), &op_time)
+                .unwrap()
+                .leaves
+                .as_slice(),
+            &[1]
+        );
+        // Without a recipe kept, an input not read at the rebuild makes the tensor one that
+        // may not be dropped; so does a ghost whose own input is not read there.
+        let bare = input(2, 200, RESIDENT, None);
+        assert_eq!(
+            super::chain(&[bare], &mut outlives_all_but(&[2]), &op_time),
+            None
+        );
+        assert_eq!(
+            super::chain(&[a()], &mut outlives_all_but(&[1, 2]), &op_time),
+            None
+        );
+    }
+
+    #[test]
+    fn a_chain_counts_each_leaf_once_and_reads_depth_and_bytes_off_the_device_from_leaves() {
+        let op_time = |measured: Duration, _: &OpCost| measured;
+        let dropped = Some(AliveInput {
+            dropped_depth: Some(2),
+            off_device: false,
+        });
+        let off = Some(AliveInput {
+            dropped_depth: None,
+            off_device: true,
+        });
+        // t = g(a, y), a = f(x, y) a ghost: x and y are held once, y read by both.
+        let inputs = [
+            input(
+                3,
+                300,
+                None,
+                Some(vec![input(1, 100, dropped, None), input(2, 50, off, None)]),
+            ),
+            input(2, 50, off, None),
+        ];
+        let chain = chain(&inputs, &mut |_| true, &op_time).unwrap();
+        assert_eq!(chain.leaves.as_slice(), &[1, 2]);
+        assert_eq!(chain.leaf_bytes, 150);
+        assert_eq!(chain.ghost_bytes, 300);
+        assert_eq!(chain.depth, 3, "one more than the dropped leaf's chain");
+        assert_eq!(chain.inputs_off_device, 50);
     }
 
     #[test]

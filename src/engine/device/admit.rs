@@ -30,6 +30,9 @@ pub struct OpInput {
     /// Dropped from the device: it is rebuilt before the op runs, so its bytes count as bytes
     /// that come back (its `tier` says `Device`).
     pub dropped: bool,
+    /// When dropped: bytes of the ghosts its rebuild recomputes and lets go, on the device
+    /// while it runs.
+    pub rebuild_transient: u64,
     /// Not read by the op itself: an input of a dropped one's recipe, pinned and made
     /// resident for the rebuild (not a read the plan or the prefetch hit rate counts).
     pub for_rebuild: bool,
@@ -163,7 +166,7 @@ impl DeviceEngine {
                 }
                 largest = largest.max(input.bytes);
                 if input.tier != Tier::Device || input.dropped {
-                    to_restore += input.bytes;
+                    to_restore += input.bytes + input.rebuild_transient;
                 }
             }
             learnt = index.learnt_output(signature);

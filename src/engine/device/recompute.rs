@@ -15,7 +15,7 @@ use crate::plan::{self, DeviceProfile};
 use crate::policy::PolicyKind;
 use crate::policy::plan::{KeyAt, NextUse, UsePlan};
 use crate::policy::recompute::{
-    self, Behaviour, OnOpThread, Rebuild, RebuildRoom, RebuildTimes, RecomputeMode, Victim,
+    self, Behaviour, Chain, OnOpThread, Rebuild, RebuildRoom, RebuildTimes, RecomputeMode, Victim,
 };
 use crate::policy::victim::Bandwidth;
 use crate::tape::StepTape;
@@ -263,11 +263,13 @@ impl DeviceEngine {
     /// policy prefers rebuilding it to moving it. Returns whether it was dropped (the caller
     /// marks it in the index).
     pub(super) fn try_drop(&self, candidate: &Candidate, context: &DropContext) -> bool {
-        let Some((victim, rebuild)) = self.drop_terms(candidate, context) else {
+        let Some((victim, rebuild, chain)) = self.drop_terms(candidate, context) else {
             return false;
         };
         recompute::prefer_recompute(context.mode, &victim, &rebuild)
-            && candidate.victim.drop_for_rebuild(self)
+            && candidate
+                .victim
+                .drop_for_rebuild(self, &chain.leaves, chain.ghost_bytes)
     }
 
     /// What a rebuild of `candidate` would cost the ops if it were dropped now, when the mode
@@ -281,7 +283,7 @@ impl DeviceEngine {
         if !context.weighs_rebuilds() {
             return None;
         }
-        let (victim, rebuild) = self.drop_terms(candidate, context)?;
+        let (victim, rebuild, _) = self.drop_terms(candidate, context)?;
         // Only a victim that would be dropped is worth its rebuild's cost: one that would be
         // moved costs its move.
         recompute::prefer_recompute(context.mode, &victim, &rebuild)
@@ -289,14 +291,14 @@ impl DeviceEngine {
     }
 
     /// What moving `candidate` and rebuilding it would cost, if it has a recipe and the memory
-    /// rule holds.
+    /// rule holds, with what the rebuild relies on.
     fn drop_terms(
         &self,
         candidate: &Candidate,
         context: &DropContext,
-    ) -> Option<(Victim, Rebuild)> {
+    ) -> Option<(Victim, Rebuild, Chain)> {
         let recipe = candidate.victim.rebuild_plan()?;
-        let next_use = self.next_use_if_inputs_outlive_it(candidate, &recipe, context)?;
+        let (next_use, chain) = self.memory_rule(candidate, &recipe, context)?;
         // A worker's copy runs behind the ops; on the op's thread, the op waits for it.
         let on_op_thread = OnOpThread {
             evict: !on_worker(),
@@ -317,42 +319,43 @@ impl DeviceEngine {
             restore_exposure,
         };
         let rebuild = Rebuild {
-            op_time: context.times.op_time(recipe.rebuild.op_time, &recipe.cost),
-            ..recipe.rebuild
+            op_time: context.times.op_time(recipe.rebuild.op_time, &recipe.cost) + chain.ghost_time,
+            depth: chain.depth,
+            inputs_off_device: chain.inputs_off_device,
         };
-        Some((victim, rebuild))
+        Some((victim, rebuild, chain))
     }
 
-    /// The memory rule: the distance to the candidate's next use in this step, if every input
-    /// of its recipe is read again at or after that use (so the program keeps them alive until
-    /// the rebuild, and the recipe holds nothing the program would have let go), and if the op
-    /// at that use, with the recipe's inputs beside it for the rebuild, still fits the budget
-    /// (a rebuild never takes an op over a budget it fits under when its inputs are moved).
-    fn next_use_if_inputs_outlive_it(
+    /// The memory rule: the distance to the candidate's next use in this step, with what its
+    /// rebuild relies on ([`recompute::chain`]: inputs the program reads again at or after that
+    /// use, so that holding them holds nothing the program would have let go, and ghosts
+    /// recomputed from those), if the op at that use, with the rebuild's inputs and ghosts
+    /// beside it, still fits the budget (a rebuild never takes an op over a budget it fits
+    /// under when its inputs are moved).
+    fn memory_rule(
         &self,
         candidate: &Candidate,
         recipe: &RebuildPlan,
         context: &DropContext,
-    ) -> Option<u32> {
+    ) -> Option<(u32, Chain)> {
         let (plan, step, now) = (&context.plan, context.step, context.now);
         let index = lock(&self.index);
         let NextUse::In(distance) = plan.next_use(index.key_of(candidate.id)?, step, now) else {
             return None;
         };
         let rebuilt_at = now.checked_add(distance).filter(|&at| at < plan.len())?;
-        if plan.op_bytes(rebuilt_at).saturating_add(recipe.input_bytes) > context.budget {
-            return None;
-        }
-        let outlives = |input| {
+        let mut outlives = |input| {
             index
                 .key_of(input)
                 .is_some_and(|key| matches!(plan.next_use(key, step, rebuilt_at), NextUse::In(_)))
         };
-        recipe
-            .inputs
-            .iter()
-            .all(|&input| outlives(input))
-            .then_some(distance)
+        let op_time = |measured, cost: &_| context.times.op_time(measured, cost);
+        let chain = recompute::chain(&recipe.inputs, &mut outlives, &op_time)?;
+        let beside = chain.leaf_bytes.saturating_add(chain.ghost_bytes);
+        if plan.op_bytes(rebuilt_at).saturating_add(beside) > context.budget {
+            return None;
+        }
+        Some((distance, chain))
     }
 }
 
