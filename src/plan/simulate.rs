@@ -37,7 +37,8 @@ use crate::fast_hash::{FastMap as HashMap, FastSet as HashSet};
 
 use serde::Serialize;
 
-use crate::engine::TensorId;
+use crate::engine::{AliveInput, GhostPlan, RebuildInput, TensorId};
+use crate::plan::cost::MatrixDtype;
 use crate::policy::PolicyKind;
 use crate::policy::handoff::{self, MoveHistory};
 use crate::policy::plan::{KeyAt, NextUse, PlanKey, UsePlan, keys_and_uses, positions_of};
@@ -222,6 +223,12 @@ struct Sim<'a> {
     moved_per_op: Vec<u64>,
     /// Per tensor made by a pure op: that op's index (its recipe).
     recipes: HashMap<TensorId, usize>,
+    /// The tensors whose recipe the recipes of the tensors made from them keep (see
+    /// [`lineage`]).
+    lineage: HashSet<TensorId>,
+    /// Per dropped tensor: the inputs its rebuild relies on, held while it is dropped (the
+    /// others are recomputed as ghosts).
+    drop_leaves: HashMap<TensorId, smallvec::SmallVec<[TensorId; 4]>>,
     /// Per dropped tensor: how many dropped tensors its recipe depended on when dropped.
     drop_depth: HashMap<TensorId, u32>,
     /// How busy the link would be if every victim were moved, as the engine's step check
@@ -295,6 +302,33 @@ fn recipes(tape: &StepTape) -> HashMap<TensorId, usize> {
         .collect()
 }
 
+/// The tensors with recipes that the recipes of the tensors made from them keep, as the engine
+/// keeps lineage (`backend/recipe.rs`): those whose own recipe reaches fewer than
+/// [`recompute::MAX_GHOST_CHAIN`] ghosts deep.
+fn lineage(tape: &StepTape, recipes: &HashMap<TensorId, usize>) -> HashSet<TensorId> {
+    let mut reach: HashMap<TensorId, u32> = HashMap::default();
+    let mut kept = HashSet::default();
+    for (i, op) in tape.ops.iter().enumerate() {
+        let Some(&output) = op.outputs.first() else {
+            continue;
+        };
+        if recipes.get(&output) != Some(&i) {
+            continue;
+        }
+        let mut own = 0;
+        for input in &op.inputs {
+            if let Some(&r) = reach.get(input)
+                && r < recompute::MAX_GHOST_CHAIN
+            {
+                kept.insert(*input);
+                own = own.max(r + 1);
+            }
+        }
+        reach.insert(output, own);
+    }
+    kept
+}
+
 /// Dropped tensors by the distance to their rebuild, soonest first.
 struct RebuildsAhead {
     at: Vec<(u32, u64)>,
@@ -309,6 +343,17 @@ impl RebuildsAhead {
             .map(|(_, bytes)| bytes)
             .sum()
     }
+}
+
+/// What the rebuilds before one op gather: the inputs pinned, the tensors to restore (with
+/// when their copies out land), the tensors rebuilt, when arriving inputs are in, and the
+/// bytes of the ghosts recomputed.
+struct RebuildWork {
+    pinned: HashSet<TensorId>,
+    to_restore: Vec<(TensorId, f64)>,
+    rebuilt: Vec<TensorId>,
+    ready: f64,
+    transient: u64,
 }
 
 /// Runs of the step simulated before the one reported: enough for leads to settle.
@@ -372,16 +417,24 @@ impl<'a> Sim<'a> {
             clock: 0.0,
             learnt,
             moved_per_op: vec![0; tape.ops.len()],
-            recipes: if settings.recompute.may_drop() {
-                recipes(tape)
-            } else {
-                HashMap::default()
-            },
+            recipes: HashMap::default(),
             drop_depth: HashMap::default(),
+            lineage: HashSet::default(),
+            drop_leaves: HashMap::default(),
             link_utilization: 0.0,
             mean_op_seconds: op_seconds.iter().sum::<f64>() / op_seconds.len().max(1) as f64,
             out: Simulated::default(),
         }
+        .with_recipes()
+    }
+
+    /// The recipes the engine keeps, and their lineage, when it may drop victims.
+    fn with_recipes(mut self) -> Self {
+        if self.settings.recompute.may_drop() {
+            self.recipes = recipes(self.tape);
+            self.lineage = lineage(self.tape, &self.recipes);
+        }
+        self
     }
 
     /// How many ops beyond the next one the settle after position `now` makes room for, as
@@ -621,6 +674,7 @@ impl<'a> Sim<'a> {
         }
         self.prefetched.remove(&id);
         self.drop_depth.remove(&id);
+        self.drop_leaves.remove(&id);
     }
 
     /// The earliest time both a link direction is free and `after` has passed, and how long
@@ -812,7 +866,7 @@ impl<'a> Sim<'a> {
     /// recipe is read at or after it) and the policy prefers a rebuild to a move. A dropped
     /// tensor's bytes are free at once.
     fn try_drop(&mut self, id: TensorId, now: u32, waited_for: bool) -> bool {
-        let Some((victim, rebuild)) = self.drop_terms(id, now, waited_for) else {
+        let Some((victim, rebuild, chain)) = self.drop_terms(id, now, waited_for) else {
             return false;
         };
         if !recompute::prefer_recompute(self.settings.recompute, &victim, &rebuild) {
@@ -822,6 +876,7 @@ impl<'a> Sim<'a> {
         self.prefetched.remove(&id);
         self.place.insert(id, Place::Dropped);
         self.drop_depth.insert(id, rebuild.depth);
+        self.drop_leaves.insert(id, chain.leaves);
         self.out.drops += 1;
         true
     }
@@ -841,15 +896,21 @@ impl<'a> Sim<'a> {
         ) {
             return None;
         }
-        let (victim, rebuild) = self.drop_terms(id, now, waited_for)?;
+        let (victim, rebuild, _) = self.drop_terms(id, now, waited_for)?;
         // Only a victim that would be dropped is worth its rebuild's cost (as in the engine).
         recompute::prefer_recompute(self.settings.recompute, &victim, &rebuild)
             .then(|| duration(recompute::exposed_rebuild_seconds(&victim, &rebuild)))
     }
 
     /// What moving `id` and rebuilding it would cost, if it may be dropped now: it has a
-    /// recipe and the memory rule holds (see [`try_drop`](Self::try_drop)).
-    fn drop_terms(&self, id: TensorId, now: u32, waited_for: bool) -> Option<(Victim, Rebuild)> {
+    /// recipe and the memory rule holds (see [`try_drop`](Self::try_drop)), with what the
+    /// rebuild relies on.
+    fn drop_terms(
+        &self,
+        id: TensorId,
+        now: u32,
+        waited_for: bool,
+    ) -> Option<(Victim, Rebuild, recompute::Chain)> {
         let &producer = self.recipes.get(&id)?;
         let NextUse::In(distance) = self.next_use(id, now) else {
             return None;
@@ -857,35 +918,13 @@ impl<'a> Sim<'a> {
         let rebuilt_at = now
             .checked_add(distance)
             .filter(|&at| at < self.plan.len())?;
-        let inputs = &self.tape.ops[producer].inputs;
-        let mut input_bytes = 0;
-        for (k, input) in inputs.iter().enumerate() {
-            if !inputs[..k].contains(input) {
-                input_bytes += self.size(*input);
-            }
-        }
-        if self.plan.op_bytes(rebuilt_at).saturating_add(input_bytes) > self.settings.budget {
+        let inputs = self.rebuild_inputs(producer);
+        let mut outlives = |input| matches!(self.next_use(input, rebuilt_at), NextUse::In(_));
+        let op_time = |measured, _: &_| measured;
+        let chain = recompute::chain(&inputs, &mut outlives, &op_time)?;
+        let beside = chain.leaf_bytes.saturating_add(chain.ghost_bytes);
+        if self.plan.op_bytes(rebuilt_at).saturating_add(beside) > self.settings.budget {
             return None;
-        }
-        let mut depth = 0;
-        let mut inputs_off_device = 0;
-        for (k, input) in inputs.iter().enumerate() {
-            let place = self.place.get(input);
-            let alive =
-                place.is_some() && matches!(self.next_use(*input, rebuilt_at), NextUse::In(_));
-            if !alive {
-                return None;
-            }
-            if let Some(d) = self.drop_depth.get(input) {
-                depth = depth.max(d + 1);
-            }
-            let off = matches!(
-                place,
-                Some(Place::Host | Place::Disk | Place::Leaving { .. })
-            );
-            if off && !inputs[..k].contains(input) {
-                inputs_off_device += self.size(*input);
-            }
         }
         let evict = Bandwidth {
             bytes_per_sec: self.profile.device_to_host_gb_per_s * 1e9,
@@ -915,42 +954,92 @@ impl<'a> Sim<'a> {
             restore_exposure,
         };
         let rebuild = Rebuild {
-            op_time: duration(self.op_seconds[producer]),
-            depth,
-            inputs_off_device,
+            op_time: duration(self.op_seconds[producer]) + chain.ghost_time,
+            depth: chain.depth,
+            inputs_off_device: chain.inputs_off_device,
         };
-        Some((victim, rebuild))
+        Some((victim, rebuild, chain))
     }
 
-    /// Plans the rebuild of a dropped `id` before op `op`: its recipe's inputs first (restored,
-    /// or rebuilt in turn), then its producer on the stream. Returns the seconds the rebuilds
-    /// take on the stream; `pinned` gains the recipe's inputs, `rebuilt` the tensors to put on
-    /// the device once room is made for them, and `ready` when arriving inputs are in.
-    fn rebuild(
-        &mut self,
-        id: TensorId,
-        pinned: &mut HashSet<TensorId>,
-        to_restore: &mut Vec<(TensorId, f64)>,
-        rebuilt: &mut Vec<TensorId>,
-        ready: &mut f64,
-    ) -> f64 {
+    /// The inputs of op `producer`'s recipe as the engine's decision sees them (see
+    /// `Recipe::plan_inputs` in `backend/recipe.rs`): alive while the step holds them, with
+    /// their own recipes as ghosts where the engine keeps that lineage.
+    fn rebuild_inputs(&self, producer: usize) -> smallvec::SmallVec<[RebuildInput; 3]> {
+        let mut planned: smallvec::SmallVec<[RebuildInput; 3]> = smallvec::SmallVec::new();
+        for &input in &self.tape.ops[producer].inputs {
+            if planned.iter().any(|p| p.id == input) {
+                continue;
+            }
+            let alive = self.place.get(&input).map(|place| AliveInput {
+                dropped_depth: match place {
+                    Place::Dropped => self.drop_depth.get(&input).copied(),
+                    _ => None,
+                },
+                off_device: matches!(place, Place::Host | Place::Disk | Place::Leaving { .. }),
+            });
+            let ghost = self
+                .lineage
+                .contains(&input)
+                .then(|| self.recipes.get(&input))
+                .flatten()
+                .map(|&ghost_producer| {
+                    Box::new(GhostPlan {
+                        inputs: self.rebuild_inputs(ghost_producer),
+                        op_time: duration(self.op_seconds[ghost_producer]),
+                        cost: crate::plan::cost::elementwise(0, 0, 0, MatrixDtype::F32),
+                    })
+                });
+            planned.push(RebuildInput {
+                id: input,
+                bytes: self.size(input),
+                alive,
+                ghost,
+            });
+        }
+        planned
+    }
+
+    /// Plans the rebuild of a dropped `id` before op `op`: the inputs it relies on first
+    /// (restored, or rebuilt in turn), its ghosts recomputed from them, then its producer on
+    /// the stream. Returns the seconds the rebuilds take on the stream; `pinned` gains the
+    /// inputs it relies on, `rebuilt` the tensors to put on the device once room is made for
+    /// them, `transient` the ghosts' bytes, and `ready` when arriving inputs are in.
+    fn rebuild(&mut self, id: TensorId, work: &mut RebuildWork) -> f64 {
         let producer = self.recipes[&id];
+        let leaves = self.drop_leaves.get(&id).cloned().unwrap_or_default();
+        let seconds = self.rerun(producer, &leaves, work);
+        work.rebuilt.push(id);
+        seconds
+    }
+
+    /// Op `producer` run again on `leaves`, the inputs not among them recomputed as ghosts.
+    fn rerun(&mut self, producer: usize, leaves: &[TensorId], work: &mut RebuildWork) -> f64 {
         let mut seconds = self.op_seconds[producer];
-        for &input in &self.tape.ops[producer].inputs.clone() {
-            if !pinned.insert(input) {
+        let inputs = self.tape.ops[producer].inputs.clone();
+        for (k, &input) in inputs.iter().enumerate() {
+            if inputs[..k].contains(&input) {
+                continue;
+            }
+            if !leaves.contains(&input) {
+                if let Some(&ghost) = self.recipes.get(&input)
+                    && self.lineage.contains(&input)
+                {
+                    seconds += self.rerun(ghost, leaves, work);
+                    work.transient += self.size(input);
+                }
+                continue;
+            }
+            if !work.pinned.insert(input) {
                 continue;
             }
             match self.place.get(&input).copied() {
-                Some(Place::Dropped) => {
-                    seconds += self.rebuild(input, pinned, to_restore, rebuilt, ready);
-                }
-                Some(Place::Host | Place::Disk) => to_restore.push((input, self.clock)),
-                Some(Place::Leaving { done, .. }) => to_restore.push((input, done)),
-                Some(Place::Arriving { done, .. }) => *ready = ready.max(done),
+                Some(Place::Dropped) => seconds += self.rebuild(input, work),
+                Some(Place::Host | Place::Disk) => work.to_restore.push((input, self.clock)),
+                Some(Place::Leaving { done, .. }) => work.to_restore.push((input, done)),
+                Some(Place::Arriving { done, .. }) => work.ready = work.ready.max(done),
                 Some(Place::Device) | None => {}
             }
         }
-        rebuilt.push(id);
         seconds
     }
 
@@ -967,41 +1056,41 @@ impl<'a> Sim<'a> {
             }
             seen
         };
-        let mut pinned: HashSet<TensorId> = inputs.iter().copied().collect();
         let new_outputs: u64 = op
             .outputs
             .iter()
-            .filter(|id| !pinned.contains(id) && !self.place.contains_key(id))
+            .filter(|id| !inputs.contains(id) && !self.place.contains_key(id))
             .map(|id| self.size(*id))
             .sum();
         // When the inputs are all on the device, and when the room for the restores is free.
-        let mut ready = self.clock;
         let mut room_at = self.clock;
-        let mut to_restore = Vec::new();
+        let mut work = RebuildWork {
+            pinned: inputs.iter().copied().collect(),
+            to_restore: Vec::new(),
+            rebuilt: Vec::new(),
+            ready: self.clock,
+            transient: 0,
+        };
         let mut rebuild_seconds = 0.0;
-        let mut rebuilt = Vec::new();
         for &id in &inputs {
             match self.place.get(&id).copied() {
-                Some(Place::Dropped) => {
-                    rebuild_seconds +=
-                        self.rebuild(id, &mut pinned, &mut to_restore, &mut rebuilt, &mut ready);
-                }
+                Some(Place::Dropped) => rebuild_seconds += self.rebuild(id, &mut work),
                 Some(Place::Device) => {
                     if self.prefetched.remove(&id) {
                         self.out.prefetch_hits += 1;
                     }
                 }
                 Some(Place::Arriving { done, .. }) => {
-                    ready = ready.max(done);
+                    work.ready = work.ready.max(done);
                     self.late(id);
                 }
                 Some(Place::Leaving { done, .. }) => {
                     // Out it goes, then back.
-                    to_restore.push((id, done));
+                    work.to_restore.push((id, done));
                     self.late(id);
                 }
                 Some(Place::Host | Place::Disk) => {
-                    to_restore.push((id, self.clock));
+                    work.to_restore.push((id, self.clock));
                     self.late(id);
                 }
                 None => {
@@ -1011,10 +1100,18 @@ impl<'a> Sim<'a> {
                 }
             }
         }
+        let RebuildWork {
+            pinned,
+            to_restore,
+            rebuilt,
+            mut ready,
+            transient,
+        } = work;
         let budget = self.settings.budget;
         let restore_bytes: u64 = to_restore.iter().map(|(id, _)| self.size(*id)).sum();
         let rebuilt_bytes: u64 = rebuilt.iter().map(|id| self.size(*id)).sum();
-        let need = restore_bytes + rebuilt_bytes + new_outputs;
+        // The ghosts are on the device while the rebuilds run, as the engine reserves them.
+        let need = restore_bytes + rebuilt_bytes + transient + new_outputs;
         if self.device + need > budget {
             // Room first, on the op's thread: the op waits for the copies to leave.
             let target = budget.saturating_sub(need);
@@ -1042,6 +1139,7 @@ impl<'a> Sim<'a> {
             self.grow(self.size(id));
             self.place.insert(id, Place::Device);
             self.drop_depth.remove(&id);
+            self.drop_leaves.remove(&id);
             self.out.rebuilds += 1;
         }
         self.retire(ready, i);
