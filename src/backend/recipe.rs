@@ -478,3 +478,62 @@ pub(crate) fn recipe_input<B: Backend>(
         lineage,
     });
 }
+
+#[cfg(test)]
+mod tests {
+    use burn_backend::TensorData;
+    use burn_backend::ops::FloatTensorOps;
+    use burn_flex::Flex;
+
+    use super::*;
+
+    fn tensor() -> SpillTensor<Flex> {
+        let values: Vec<f32> = (0..4).map(|v| v as f32).collect();
+        SpillTensor::from_float(Flex::float_from_data(
+            TensorData::new(values, [2, 2]),
+            &Default::default(),
+        ))
+    }
+
+    /// The recipe of `exp(input)` made as `output`, keeping lineage.
+    fn exp_recipe(input: &SpillTensor<Flex>, output: &SpillTensor<Flex>) -> Arc<Recipe<Flex>> {
+        let mut inputs = RecipeInputs::new();
+        recipe_input(&mut inputs, input, true);
+        Recipe::shared(
+            "float_exp",
+            inputs,
+            output,
+            |args: &mut RecipeArgs<Flex>| Primitive::Float(Flex::float_exp(args.float())),
+            Duration::ZERO,
+        )
+    }
+
+    #[test]
+    fn lineage_is_kept_only_up_to_the_ghost_chain_bound() {
+        let mut tensors = vec![tensor()];
+        let mut reaches = Vec::new();
+        for _ in 0..MAX_GHOST_CHAIN + 2 {
+            let output = tensor();
+            let recipe = exp_recipe(tensors.last().unwrap(), &output);
+            reaches.push(recipe.ghost_reach);
+            output.set_recipe(recipe);
+            tensors.push(output);
+        }
+        // The first reads a tensor without a recipe; each later one keeps the one before as
+        // lineage until that reaches the bound, and then starts again.
+        let bound = MAX_GHOST_CHAIN;
+        let expected: Vec<u32> = (0..bound + 2).map(|k| k % (bound + 1)).collect();
+        assert_eq!(reaches, expected);
+    }
+
+    #[test]
+    #[should_panic(expected = "in its recipe is gone (neither held nor recomputable)")]
+    fn a_rebuild_missing_an_input_it_cannot_recompute_panics_naming_it() {
+        let input = tensor();
+        let output = tensor();
+        let recipe = exp_recipe(&input, &output);
+        drop(input);
+        // The input has no recipe of its own, and nothing holds it.
+        recipe.run(&[], output.id(), &mut 0);
+    }
+}
