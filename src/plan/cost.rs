@@ -384,7 +384,11 @@ mod tests {
         let b = record(2, &[4, 8], "F32");
         let out = record(3, &[4, 8], "F32");
         for name in crate::policy::recompute::RECOMPUTABLE_OPS {
-            let from_shapes = cost(name, &[a.clone(), b.clone(), a.clone()], &[out.clone()]);
+            let from_shapes = cost(
+                name,
+                &[a.clone(), b.clone(), a.clone()],
+                std::slice::from_ref(&out),
+            );
             assert_eq!(
                 from_shapes,
                 elementwise(256, 128, 32, MatrixDtype::F32),
