@@ -433,6 +433,42 @@ mod tests {
     }
 
     #[test]
+    fn an_op_reserves_room_for_the_rebuild_of_a_dropped_input_and_its_ghosts() {
+        let tensor: Arc<dyn Spillable> = Arc::new(Fake);
+        let engine = DeviceEngine::default();
+        engine.limits.set(Limits {
+            budget: Some(1 << 20),
+            asynchronous: false,
+            ..Limits::default()
+        });
+        let input = |id, dropped, rebuild_transient, for_rebuild| OpInput {
+            id,
+            bytes: 100,
+            tier: Tier::Device,
+            evictable: true,
+            victim: Arc::downgrade(&tensor),
+            dropped,
+            rebuild_transient,
+            for_rebuild,
+        };
+        // A dropped input rebuilt from a held one, with 300 bytes of ghosts, and a resident
+        // input: the rebuilt tensor and its ghosts are reserved, with the output (largest
+        // input, 100, before a size is learnt).
+        let inputs = [
+            input(1, true, 300, false),
+            input(2, false, 0, true),
+            input(3, false, 0, false),
+        ];
+        let ticket = engine
+            .begin_op("float_add", &inputs, 0, None)
+            .expect("a budget");
+        assert_eq!(ticket.reserved, 100 + 300 + 100);
+        assert_eq!(engine.device_committed(), 500);
+        engine.end_op(ticket, []);
+        assert_eq!(engine.device_committed(), 0, "released when the op ends");
+    }
+
+    #[test]
     fn a_late_key_places_its_spilled_tensors_earlier_up_to_the_cap() {
         let tensor: Arc<dyn Spillable> = Arc::new(Fake);
         let engine = engine_with_spilled(&tensor);
