@@ -118,7 +118,9 @@ impl<B: Backend> Recipe<B> {
             .filter_map(|i| i.lineage.as_ref().map(|l| l.ghost_reach + 1))
             .max()
             .unwrap_or(0);
-        let output_dtype = matrix_dtype(output.dtype());
+        let dtype = output.dtype();
+        // From the bytes: the shape would be cloned to count its elements.
+        let output_elements = output.bytes() / (dtype.size() as u64).max(1);
         Arc::new(Recipe {
             op,
             inputs,
@@ -127,8 +129,8 @@ impl<B: Backend> Recipe<B> {
             depth: AtomicU32::new(0),
             transient: AtomicU64::new(0),
             output_bytes: output.bytes(),
-            output_elements: output.shape().num_elements() as u64,
-            output_dtype,
+            output_elements,
+            output_dtype: matrix_dtype(dtype),
             ghost_reach,
             rerun,
         })
