@@ -117,27 +117,39 @@ fn marked_steps(
     stats
 }
 
+/// Runs `step` as [`marked_steps`] does, synchronously and asynchronously, at a budget of 768
+/// bytes (room for one op on tensors of 256 B with a rebuild's input and one more beside it,
+/// not for all) with every victim dropped that may be; checks each run with `check`, given
+/// the run's name and stats.
+fn dropping_at_768_bytes(
+    name: &str,
+    step: fn(&burn::tensor::Device<Spill>) -> Vec<TensorData>,
+    plain: &[TensorData],
+    check: impl Fn(&str, &SpillStats),
+) {
+    for asynchronous in [false, true] {
+        let config =
+            dropping(SpillConfig::default().device_budget_bytes(768)).asynchronous(asynchronous);
+        let what = format!("{name}, async {asynchronous}");
+        check(&what, &marked_steps(&what, config, plain, step));
+    }
+}
+
 #[test]
 fn a_chain_of_dropped_tensors_is_rebuilt_recursively_and_exactly() {
     let _device = ExclusiveDevice::take();
     let plain = chain_step::<Plain>(&Default::default());
-    for asynchronous in [false, true] {
-        // Room for any one op with a recipe's inputs beside it (tensors of 256 B), not for all.
-        let config =
-            dropping(SpillConfig::default().device_budget_bytes(768)).asynchronous(asynchronous);
-        let what = format!("chain, async {asynchronous}");
-        let stats = marked_steps(&what, config, &plain, chain_step::<Spill>);
+    dropping_at_768_bytes("chain", chain_step::<Spill>, &plain, |what, stats| {
+        let r = &stats.recompute;
         assert!(
-            stats.recompute.dropped >= 2 && stats.recompute.rebuilt >= 2,
-            "{what}: the chain was not dropped and rebuilt: {:?}",
-            stats.recompute
+            r.dropped >= 2 && r.rebuilt >= 2,
+            "{what}: the chain was not dropped and rebuilt: {r:?}"
         );
         assert!(
-            stats.recompute.chained_rebuilds > 0,
-            "{what}: no rebuild needed another first: {:?}",
-            stats.recompute
+            r.chained_rebuilds > 0,
+            "{what}: no rebuild needed another first: {r:?}"
         );
-    }
+    });
 }
 
 /// One step in which `b = exp(x) * 2` is dropped while other work fills a small budget, after
@@ -162,23 +174,17 @@ fn ghost_step<B: burn::tensor::backend::Backend>(device: &B::Device) -> Vec<Tens
 fn an_input_the_program_let_go_is_recomputed_for_a_rebuild() {
     let _device = ExclusiveDevice::take();
     let plain = ghost_step::<Plain>(&Default::default());
-    for asynchronous in [false, true] {
-        // Room for one op with the rebuild's input and ghost beside it (tensors of 256 B).
-        let config =
-            dropping(SpillConfig::default().device_budget_bytes(768)).asynchronous(asynchronous);
-        let what = format!("ghost, async {asynchronous}");
-        let stats = marked_steps(&what, config, &plain, ghost_step::<Spill>);
+    dropping_at_768_bytes("ghost", ghost_step::<Spill>, &plain, |what, stats| {
+        let r = &stats.recompute;
         assert!(
-            stats.recompute.dropped >= 1 && stats.recompute.rebuilt >= 1,
-            "{what}: `b` was not dropped and rebuilt: {:?}",
-            stats.recompute
+            r.dropped >= 1 && r.rebuilt >= 1,
+            "{what}: `b` was not dropped and rebuilt: {r:?}"
         );
         assert!(
-            stats.recompute.ghosts_recomputed > 0,
-            "{what}: no rebuild recomputed `exp(x)`: {:?}",
-            stats.recompute
+            r.ghosts_recomputed > 0,
+            "{what}: no rebuild recomputed `exp(x)`: {r:?}"
         );
-    }
+    });
 }
 
 /// The chain under `Autodiff`: gradients through dropped and rebuilt tensors.

@@ -481,7 +481,7 @@ pub(crate) fn recipe_input<B: Backend>(
     });
 }
 
-#[cfg(test)]
+#[cfg(all(test, feature = "flex"))]
 mod tests {
     use burn_backend::TensorData;
     use burn_backend::ops::FloatTensorOps;
