@@ -140,11 +140,16 @@ impl<B: Backend> Recipe<B> {
         self.held.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Lets go of the inputs held for a rebuild (the tensor was rebuilt, or is gone).
+    /// Lets go of the inputs held for a rebuild (the tensor is gone).
     pub(super) fn release_held(&self) {
-        let released = std::mem::take(&mut *self.held());
+        drop(self.take_held());
+    }
+
+    /// The inputs held for a rebuild, no longer held (the caller drops them outside any lock:
+    /// their handles' drops may take locks).
+    fn take_held(&self) -> SmallVec<[Arc<Handle<B>>; 3]> {
         self.transient.store(0, Ordering::Relaxed);
-        drop(released);
+        std::mem::take(&mut *self.held())
     }
 
     /// The op's FLOPs and bytes (every op that keeps a recipe is elementwise).
@@ -406,15 +411,17 @@ impl<B: Backend> Handle<B> {
         drop(exclusive);
         self.check_rebuilt(&rebuilt, recipe.op);
         let mut state = self.slot().lock();
-        let lost_race = if matches!(*state, Residency::Dropped) {
+        // What the drop held is taken under the state's lock, as a drop writes it: a later drop
+        // of the rebuilt tensor holds its own, which this rebuild must not let go of.
+        let (lost_race, released) = if matches!(*state, Residency::Dropped) {
             *state = Residency::Device(rebuilt);
             self.engine()
                 .ledger()
                 .on_rebuilt(self.bytes, self.role(), took);
             self.engine().ledger().on_ghosts_recomputed(ghosts);
-            None
+            (None, recipe.take_held())
         } else {
-            Some(rebuilt)
+            (Some(rebuilt), SmallVec::new())
         };
         drop(state);
         drop(lost_race);
@@ -426,7 +433,7 @@ impl<B: Backend> Handle<B> {
             );
         }
         // The inputs are the program's again (dropping them may run their handles' drops).
-        recipe.release_held();
+        drop(released);
         drop(inputs);
         tracing::debug!(target: "burn_spill::engine", id = self.id(), op = recipe.op,
             ghosts, micros = took.as_micros() as u64, "rebuilt");
