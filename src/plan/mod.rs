@@ -104,7 +104,8 @@ fn budget_of(config: &SpillConfig, profile: &DeviceProfile) -> u64 {
 }
 
 /// Predicts `tape` on `profile` under `config`'s budget, host limit, policy, prefetch window
-/// and asynchrony.
+/// and asynchrony. With recompute, the engine is predicted as it runs on a backend that runs
+/// each op alone (Flex, or CubeCL without burn-fusion), where rebuilds may recompute ghosts.
 ///
 /// # Errors
 /// [`SpillError::PlanBudget`] when the budget is below what the largest op needs by itself
@@ -154,6 +155,8 @@ pub fn dry_run_over_budget(
         rebuild_room: config
             .get_rebuild_room()
             .unwrap_or(crate::policy::recompute::RebuildRoom::AtSettle),
+        // As the engine on a backend that runs each op alone (Flex, or CubeCL without fusion).
+        keeps_lineage: true,
     };
     let unlimited = simulate(
         tape,

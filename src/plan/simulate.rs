@@ -62,6 +62,9 @@ pub(crate) struct Settings {
     pub recompute: RecomputeMode,
     /// Where room for rebuilds is made ahead (a behaviour `both` may choose).
     pub rebuild_room: RebuildRoom,
+    /// Whether recipes keep their inputs' recipes, so that rebuilds may recompute ghosts (not
+    /// on a backend that fuses ops: see `backend/recipe.rs`).
+    pub keeps_lineage: bool,
 }
 
 /// Bytes moved in each direction.
@@ -432,7 +435,9 @@ impl<'a> Sim<'a> {
     fn with_recipes(mut self) -> Self {
         if self.settings.recompute.may_drop() {
             self.recipes = recipes(self.tape);
-            self.lineage = lineage(self.tape, &self.recipes);
+            if self.settings.keeps_lineage {
+                self.lineage = lineage(self.tape, &self.recipes);
+            }
         }
         self
     }
@@ -1412,6 +1417,7 @@ mod tests {
                 asynchronous: false,
                 recompute,
                 rebuild_room: RebuildRoom::AtSettle,
+                keeps_lineage: true,
             };
             Sim::new(
                 &self.tape,
@@ -1431,6 +1437,27 @@ mod tests {
     /// ops' room but not beside `d`'s rebuild too: the walk that counts the rebuild holds `s`
     /// back (and makes room for it), and so does a ceiling that leaves room beside prefetches;
     /// the walk that leaves rebuilds to the settle prefetches it.
+    #[test]
+    fn lineage_is_kept_as_the_engine_keeps_it() {
+        // x (1, made before the step) -> exp -> exp -> ... six deep, then a matmul of the last.
+        let ids: Vec<u64> = (1..=8).collect();
+        let mut ops: Vec<(&str, &[u64], &[u64])> = (0..6)
+            .map(|k| ("float_exp", &ids[k..k + 1], &ids[k + 1..k + 2]))
+            .collect();
+        ops.push(("float_matmul", &ids[6..7], &ids[7..8]));
+        let sizes: Vec<(u64, u64)> = ids.iter().map(|&id| (id, 64)).collect();
+        let t = tape(&ops, &sizes, &[]);
+        let recipes = recipes(&t);
+        assert!(!recipes.contains_key(&1) && !recipes.contains_key(&8));
+        let kept = lineage(&t, &recipes);
+        // Tensor 2's recipe reaches no ghost, 3's one, ... 6's four (the bound): the recipes of
+        // 2 to 5 are kept by the ops that read them; 6's is not (7's would reach five deep), and
+        // neither is 7's (the matmul that reads it keeps no recipe).
+        let mut kept: Vec<u64> = kept.into_iter().collect();
+        kept.sort_unstable();
+        assert_eq!(kept, vec![2, 3, 4, 5]);
+    }
+
     #[test]
     fn a_rebuild_in_the_prefetch_walk_holds_back_a_prefetch_used_after_it() {
         const KIB: u64 = 1024;
@@ -1456,6 +1483,7 @@ mod tests {
                 asynchronous: false,
                 recompute: RecomputeMode::Recompute,
                 rebuild_room,
+                keeps_lineage: true,
             };
             let learnt = Learnt::default();
             let mut sim = Sim::new(&t, &profile, &plan, &op_seconds, &gaps, settings, learnt);
@@ -1610,6 +1638,7 @@ mod tests {
                 asynchronous: false,
                 recompute,
                 rebuild_room: RebuildRoom::AtSettle,
+                keeps_lineage: true,
             };
             let mut sim = Sim::new(
                 &t,
@@ -1685,6 +1714,7 @@ mod tests {
             asynchronous: false,
             recompute: RecomputeMode::Swap,
             rebuild_room: RebuildRoom::AtSettle,
+            keeps_lineage: true,
         };
         let learnt = Learnt::default();
         let mut sim = Sim::new(&t, &profile, &plan, &op_seconds, &gaps, settings, learnt);

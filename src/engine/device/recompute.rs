@@ -193,6 +193,7 @@ impl DeviceEngine {
             asynchronous: limits.asynchronous,
             recompute: RecomputeMode::Both,
             rebuild_room: RebuildRoom::AtSettle,
+            keeps_lineage: !self.queues().fuses_ops(),
         };
         let cell = self.behaviour.clone();
         let mut choosing = lock(&cell.choosing);
