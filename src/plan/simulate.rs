@@ -990,6 +990,8 @@ impl<'a> Sim<'a> {
                 .map(|&ghost_producer| {
                     Box::new(GhostPlan {
                         inputs: self.rebuild_inputs(ghost_producer),
+                        // Already the op's modelled time on the profile: the decision's
+                        // `op_time` here reads it as is, and never the cost.
                         op_time: duration(self.op_seconds[ghost_producer]),
                         cost: crate::plan::cost::elementwise(0, 0, 0, MatrixDtype::F32),
                     })
