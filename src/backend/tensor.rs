@@ -22,7 +22,31 @@ use crate::engine::{
     TensorRole, Tier,
 };
 
-static NEXT_ID: AtomicU64 = AtomicU64::new(1);
+/// The first id of the next block of ids a thread takes.
+static NEXT_ID_BLOCK: AtomicU64 = AtomicU64::new(1);
+
+/// Ids a thread takes at once: one shared read-modify-write per this many tensors instead of
+/// one per tensor.
+const ID_BLOCK: u64 = 1024;
+
+thread_local! {
+    /// The next id this thread gives out and the end of its block.
+    static IDS: std::cell::Cell<(TensorId, TensorId)> = const { std::cell::Cell::new((0, 0)) };
+}
+
+/// A process-wide unique tensor id. Ids increase along each thread's tensors; across threads
+/// they say nothing of which tensor came first.
+fn next_tensor_id() -> TensorId {
+    IDS.with(|ids| {
+        let (mut next, mut end) = ids.get();
+        if next == end {
+            next = NEXT_ID_BLOCK.fetch_add(ID_BLOCK, Ordering::Relaxed);
+            end = next + ID_BLOCK;
+        }
+        ids.set((next + 1, end));
+        next
+    })
+}
 
 /// Which of Burn's four primitive kinds a handle holds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -519,7 +543,7 @@ impl<B: Backend> SpillTensor<B> {
         }
         Self {
             handle: Arc::new(Handle {
-                id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
+                id: next_tensor_id(),
                 kind: primitive.kind(),
                 shape,
                 dtype,

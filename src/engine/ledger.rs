@@ -9,6 +9,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use super::slot::Tier;
+use super::thread_counts::ThreadCounts;
 use crate::stats::{MoveStats, RecomputeStats, SpillStats, TierBytes};
 
 /// What a tensor is for, as far as burn-spill can tell.
@@ -119,15 +120,15 @@ fn raise_peak(peak: &AtomicU64, now: u64) {
 #[derive(Debug, Default)]
 pub struct Ledger {
     // Live tensors and their bytes are derived (created less released; the tiers plus the
-    // dropped bytes) rather than counted: each counter is one more atomic read-modify-write
-    // on every tensor's creation and drop, the engine's costliest instructions while memory
-    // is ample.
-    released_total: AtomicU64,
+    // dropped bytes) rather than counted: each shared counter is one more atomic
+    // read-modify-write on every tensor's creation and drop, the engine's costliest
+    // instructions while memory is ample. The counts that only grow and that no decision reads
+    // at once are kept per thread (see `thread_counts`).
+    growing: ThreadCounts<2>,
     parameter_tensors: AtomicU64,
     parameter_bytes: AtomicU64,
     peak_bytes: AtomicU64,
-    created_total: AtomicU64,
-    /// See [`Ledger::device_arrivals`].
+    /// See [`Ledger::device_arrivals`]. Shared: the pool watch reads it after every op.
     device_arrived: AtomicU64,
     tier: [AtomicU64; 3],
     tier_peak: [AtomicU64; 3],
@@ -158,10 +159,15 @@ pub struct Ledger {
     rebuild_nanos: AtomicU64,
 }
 
+/// The counters of `Ledger::growing`: tensors created and tensors released (read for the
+/// statistics only).
+const CREATED: usize = 0;
+const RELEASED: usize = 1;
+
 impl Ledger {
     /// Records a new live tensor of `bytes` bytes on the device.
     pub fn on_create(&self, bytes: u64, role: TensorRole) {
-        self.created_total.fetch_add(1, Ordering::Relaxed);
+        self.growing.add(CREATED, 1);
         if role == TensorRole::Parameter {
             self.parameter_tensors.fetch_add(1, Ordering::Relaxed);
             self.parameter_bytes.fetch_add(bytes, Ordering::Relaxed);
@@ -183,11 +189,9 @@ impl Ledger {
 
     /// Live tensors: created less released.
     fn live_tensors(&self) -> u64 {
-        let released = self.released_total.load(Ordering::Relaxed);
+        let released = self.growing.total(RELEASED);
         // Read apart from `released`, a racing creation and drop may be seen in either order.
-        self.created_total
-            .load(Ordering::Relaxed)
-            .saturating_sub(released)
+        self.growing.total(CREATED).saturating_sub(released)
     }
 
     /// Records a tensor dropped from the device, to be rebuilt when next used: its bytes are
@@ -234,7 +238,7 @@ impl Ledger {
     /// Records that the last handle of a tensor is gone; `tier` is where its bytes were
     /// (`None` when an op had already taken them).
     pub fn on_drop(&self, bytes: u64, role: TensorRole, tier: Option<Tier>) {
-        self.released_total.fetch_add(1, Ordering::Relaxed);
+        self.growing.add(RELEASED, 1);
         if role == TensorRole::Parameter {
             self.parameter_tensors.fetch_sub(1, Ordering::Relaxed);
             self.parameter_bytes.fetch_sub(bytes, Ordering::Relaxed);
@@ -467,7 +471,7 @@ impl Ledger {
             parameter_tensors: self.parameter_tensors.load(Ordering::Relaxed),
             parameter_bytes: self.parameter_bytes.load(Ordering::Relaxed),
             peak_bytes: self.peak_bytes.load(Ordering::Relaxed),
-            created_total: self.created_total.load(Ordering::Relaxed),
+            created_total: self.growing.total(CREATED),
         }
     }
 

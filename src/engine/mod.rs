@@ -18,6 +18,7 @@ pub mod registry;
 #[cfg(feature = "remote")]
 pub mod remote;
 pub mod slot;
+pub(crate) mod thread_counts;
 pub mod transfer;
 
 pub use device::{DeviceEngine, HandOver, Limits, OpInput, OpOutput, OpTicket, UntrackedOp};
