@@ -121,6 +121,51 @@ fn a_changed_shape_is_a_divergence_and_the_next_step_is_recorded() {
 }
 
 #[test]
+fn under_a_budget_that_never_binds_steps_are_checked_by_their_number_of_ops() {
+    let _device = ExclusiveDevice::take();
+    let device = Default::default();
+    let config = SpillConfig::default()
+        .tape_resample_steps(100)
+        .device_budget_bytes(1 << 30);
+    Spill::configure(&device, config).unwrap();
+    let before = Spill::tape_counters(&device);
+    for _ in 0..3 {
+        let _step = Spill::step(&device);
+        tiny_step(&device, 3);
+    }
+    assert!(Spill::tape_counters(&device).verifying);
+    {
+        // Memory is ample, so the ops are only counted: new shapes with the same ops go
+        // unseen (no decision reads the plan until memory binds, and the first op verified
+        // then that differs is the divergence).
+        let _step = Spill::step(&device);
+        tiny_step(&device, 5);
+    }
+    assert_eq!(
+        Spill::tape_counters(&device).divergences,
+        before.divergences
+    );
+    {
+        // One op more: the count differs.
+        let _step = Spill::step(&device);
+        tiny_step(&device, 5);
+        drop(Tensor::<B, 1>::ones([4], &device).exp());
+    }
+    let after = Spill::tape_counters(&device);
+    assert_eq!(after.divergences, before.divergences + 1);
+    assert!(!after.verifying, "the next step is recorded in full");
+    {
+        let _step = Spill::step(&device);
+        tiny_step(&device, 5);
+    }
+    let tape = Spill::last_step(&device).unwrap();
+    assert!(
+        tape.tensors.iter().any(|t| t.shape == vec![5, 2]),
+        "the new shapes are on the tape"
+    );
+}
+
+#[test]
 fn step_end_without_step_begin_only_warns() {
     let _device = ExclusiveDevice::take();
     let device = Default::default();

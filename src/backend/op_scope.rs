@@ -114,6 +114,10 @@ enum Taken {
     /// The recorder only verifies (most steps of a run that repeats): the op's signature,
     /// built from its outputs as they are made, so nothing is collected or copied.
     Verified(OpSignature),
+    /// The recorder verifies, and no decision reads the plan while this op runs (the device
+    /// has a budget and memory is ample): the op is only counted (see
+    /// [`Recorder::count_op`](crate::tape::recorder::Recorder::count_op)).
+    Counted,
 }
 
 /// What the arguments of an op that creates a tensor from nothing say of its size.
@@ -214,8 +218,15 @@ impl<B: Backend> OpScope<B> {
     fn recording_for(&mut self, engine: &'static Arc<DeviceEngine>) -> Option<&mut Recording> {
         if self.recording.is_none() && engine.recorder().is_enabled() {
             let own = self.engine.is_some_and(|e| Arc::ptr_eq(e, engine));
-            let taken = if engine.recorder().signatures_only() {
-                Taken::Verified(OpSignature::new(self.name))
+            let recorder = engine.recorder();
+            let taken = if recorder.signatures_only() {
+                // Only under a budget: without one the user configured the device to watch
+                // its tape, and every op is verified (divergences are counted op by op).
+                if recorder.may_count_op() && engine.is_tracking() && !engine.tracks_all() {
+                    Taken::Counted
+                } else {
+                    Taken::Verified(OpSignature::new(self.name))
+                }
             } else {
                 Taken::Full {
                     started: Instant::now(),
@@ -497,6 +508,7 @@ impl<B: Backend> OpScope<B> {
                 Taken::Verified(signature) => {
                     signature.output(dtype_name(tensor.dtype()), tensor.shape_dims());
                 }
+                Taken::Counted => {}
             }
         }
         if !tracking {
@@ -551,7 +563,7 @@ impl<B: Backend> OpScope<B> {
         };
         let recorder = engine.recorder();
         let resident =
-            [Tier::Device, Tier::Host, Tier::Disk].map(|tier| engine.ledger().resident(tier));
+            || [Tier::Device, Tier::Host, Tier::Disk].map(|tier| engine.ledger().resident(tier));
         match recording.taken {
             Taken::Full {
                 started,
@@ -564,13 +576,16 @@ impl<B: Backend> OpScope<B> {
                     outputs.iter().map(TapeEntry::view),
                     started,
                     started.elapsed().as_nanos() as u64,
-                    resident,
+                    resident(),
                 );
                 give_back(inputs);
                 give_back(outputs);
             }
             Taken::Verified(signature) => {
-                recorder.record_verified_op(self.name, signature, resident);
+                recorder.record_verified_op(self.name, signature, resident());
+            }
+            Taken::Counted => {
+                recorder.count_op(self.name);
             }
         }
     }

@@ -362,6 +362,32 @@ impl State {
         closed
     }
 
+    /// Takes the stepping thread's ops counted without their signatures (see
+    /// [`Recorder::count_op`]) into the step, up to `ops` ops: each as the recorded step's op
+    /// at its place, since only their number was checked; ops past the recorded step's end
+    /// diverge.
+    fn absorb_counted(&mut self, ops: usize) {
+        let from = self.signatures.len();
+        if ops <= from {
+            return;
+        }
+        if let Some(recorded) = self.expected.get(from..ops.min(self.expected.len())) {
+            self.signatures.extend_from_slice(recorded);
+        }
+        if self.signatures.len() < ops {
+            self.diverged_at.get_or_insert(self.signatures.len() as u32);
+            self.signatures.resize(ops, 0);
+        }
+        self.stepping_thread_ran_ops = true;
+    }
+
+    /// Whether the stepping thread's ops may be counted without their signatures (see
+    /// [`Recorder::count_op`]): the step is verified and steps are marked (an unmarked stream
+    /// finds its steps in the signatures).
+    fn may_count_ops(&self) -> bool {
+        self.mode == Mode::Verify && self.markers_used && self.main_thread.is_some()
+    }
+
     /// Whether an op needs only its signature now (see `Recorder::signatures_only`): the step
     /// is verified, or an unmarked stream has gone so long without a period that its buffers
     /// were dropped (see `long_search`).
@@ -475,6 +501,11 @@ pub struct Recorder {
     /// step is verified, or an unmarked stream has searched so long for its period that its
     /// recording was dropped (see `State::long_search`).
     signatures_only: AtomicBool,
+    /// Whether the stepping thread's ops may be counted instead of verified, as of the last op
+    /// or boundary (see [`Recorder::count_op`]).
+    may_count_ops: AtomicBool,
+    /// The stepping thread's number (0 before one is known).
+    main_thread: AtomicU64,
 }
 
 /// Ops per step the packed position can count; longer steps saturate (their tail shares one
@@ -516,21 +547,28 @@ impl Default for Recorder {
             finished_count: AtomicU64::new(0),
             divergence_count: AtomicU64::new(0),
             signatures_only: AtomicBool::new(false),
+            may_count_ops: AtomicBool::new(false),
+            main_thread: AtomicU64::new(0),
         }
     }
 }
 
 thread_local! {
-    static THREAD: u64 = {
-        use std::sync::atomic::AtomicU64;
-        static NEXT: AtomicU64 = AtomicU64::new(1);
-        NEXT.fetch_add(1, Ordering::Relaxed)
-    };
+    /// The calling thread's number (0 until it first asks). A constant initialiser: the check
+    /// is the caller's own, not a lazily initialised thread-local's (an op asks once or twice).
+    static THREAD: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
 }
 
-/// A small, stable number for the calling thread.
+/// A small, stable number for the calling thread (never 0).
+#[inline]
 pub fn thread_number() -> u64 {
-    THREAD.with(|t| *t)
+    THREAD.with(|number| {
+        if number.get() == 0 {
+            static NEXT: AtomicU64 = AtomicU64::new(1);
+            number.set(NEXT.fetch_add(1, Ordering::Relaxed));
+        }
+        number.get()
+    })
 }
 
 impl Recorder {
@@ -542,6 +580,10 @@ impl Recorder {
     fn publish(&self, state: &State) {
         self.signatures_only
             .store(state.needs_signatures_only(), Ordering::Relaxed);
+        self.may_count_ops
+            .store(state.may_count_ops(), Ordering::Relaxed);
+        self.main_thread
+            .store(state.main_thread.unwrap_or(0), Ordering::Relaxed);
         let ops = (state.signatures.len() as u64).min((1 << POSITION_BITS) - 1);
         self.position
             .store((state.step << POSITION_BITS) | ops, Ordering::Relaxed);
@@ -675,6 +717,50 @@ impl Recorder {
         self.push_op(state, main, op, signature.finish());
     }
 
+    /// Whether an op starting now on this thread may be counted instead of verified (see
+    /// [`count_op`](Self::count_op)).
+    pub(crate) fn may_count_op(&self) -> bool {
+        self.may_count_ops.load(Ordering::Relaxed)
+            && self.main_thread.load(Ordering::Relaxed) == thread_number()
+    }
+
+    /// Counts one op of the stepping thread without its signature or the recorder's lock, where
+    /// no decision reads the plan while the op runs (the device has a budget and memory is
+    /// ample):
+    /// the step is then checked against the recorded one by its number of ops only, and an op
+    /// that changed goes unseen until ops are verified again (the first verified op that
+    /// differs is the divergence). Only for an op that [`may_count_op`](Self::may_count_op)
+    /// allowed as it started, on its thread. Returns `false` when the op was recorded after
+    /// all (the recorder left verification since the op started), by its name.
+    pub(crate) fn count_op(&self, name: &'static str) -> bool {
+        const OPS: u64 = (1 << POSITION_BITS) - 1;
+        // Only the stepping thread counts, so the count cannot pass the field between the check
+        // and the add.
+        // The thread was checked as the op started ([`may_count_op`]); the mode may have
+        // changed since.
+        if self.may_count_ops.load(Ordering::Relaxed)
+            && self.position.load(Ordering::Relaxed) & OPS < OPS
+        {
+            // The position is the count: a boundary publishes its own, and an op counted across
+            // it lands in either step, as its place among the ops says.
+            self.position.fetch_add(1, Ordering::Relaxed);
+            return true;
+        }
+        // Its signature was not built: recorded by name, it diverges if it is verified, which
+        // only makes the next step recorded.
+        self.record_verified_op(name, OpSignature::new(name), [0; 3]);
+        false
+    }
+
+    /// Takes the ops counted since the last verified one into the step (see
+    /// [`State::absorb_counted`]).
+    fn absorb_counted(&self, state: &mut State) {
+        let (step, ops) = self.position();
+        if step == state.step && state.mode == Mode::Verify {
+            state.absorb_counted(ops as usize);
+        }
+    }
+
     /// Whether the recorder needs only op signatures now (it verifies a step, or has searched
     /// long for the period of an unmarked stream): an op starting now needs to collect its outputs only
     /// (see [`record_verified_op`](Self::record_verified_op)), and drops are not recorded.
@@ -712,6 +798,7 @@ impl Recorder {
         if !main {
             return;
         }
+        self.absorb_counted(state);
         // Only the signature: the step is expected to repeat the recorded one.
         state.stepping_thread_ran_ops = true;
         let at = state.signatures.len();
@@ -796,6 +883,7 @@ impl Recorder {
     /// dynamic graph, a new shape) is counted as a divergence and the next step is recorded.
     pub fn boundary(&self, next_marked: bool) -> Option<Arc<StepTape>> {
         let mut state = self.lock();
+        self.absorb_counted(&mut state);
         if next_marked {
             let thread = thread_number();
             if state.main_thread != Some(thread) {
@@ -893,6 +981,102 @@ mod tests {
         );
         let tape = rec.boundary(true).expect("the next step is recorded");
         assert_eq!(tape.ops[0].inputs, vec![1]);
+    }
+
+    /// A recorder verifying steps of two ops (`float_exp` then `float_log`, outputs [2, 3]).
+    fn verifying_two_ops() -> Recorder {
+        let rec = Recorder::default();
+        rec.set_enabled(true);
+        rec.set_resample_every(100);
+        let t0 = Instant::now();
+        for _ in 0..2 {
+            rec.boundary(true);
+            for (name, id) in [("float_exp", 2), ("float_log", 3)] {
+                rec.record_op(
+                    name,
+                    [view(id - 1, &[2, 3])].into_iter(),
+                    [view(id, &[2, 3])].into_iter(),
+                    t0,
+                    10,
+                    [0; 3],
+                );
+            }
+        }
+        rec.boundary(true);
+        assert!(rec.signatures_only() && rec.may_count_op());
+        rec
+    }
+
+    #[test]
+    fn counted_ops_check_a_step_by_their_number_and_place_the_ops_verified_after_them() {
+        let rec = verifying_two_ops();
+        assert!(rec.count_op("float_exp") && rec.count_op("float_log"));
+        assert_eq!(rec.position().1, 2, "the position counts them");
+        rec.boundary(true);
+        assert_eq!(
+            (rec.counters().divergences, rec.counters().verifying),
+            (0, true),
+            "as many ops as the recorded step: verified"
+        );
+
+        // Counted, then verified from the second op on (memory stopped being ample): the
+        // verified op is compared with the recorded step's second op.
+        assert!(rec.count_op("float_exp"));
+        rec.record_verified_op("float_log", signature("float_log", &[2, 3]), [0; 3]);
+        assert_eq!(rec.position().1, 2);
+        rec.boundary(true);
+        assert_eq!(rec.counters().divergences, 0, "it matched at its place");
+
+        assert!(rec.count_op("float_exp"));
+        rec.record_verified_op("float_log", signature("float_log", &[5, 3]), [0; 3]);
+        rec.boundary(true);
+        assert_eq!(
+            (rec.counters().divergences, rec.counters().verifying),
+            (1, false),
+            "a changed op verified after counted ones diverges, and the next step is recorded"
+        );
+        assert!(
+            !rec.may_count_op(),
+            "a step recorded in full is not counted"
+        );
+    }
+
+    #[test]
+    fn ops_counted_after_the_recorded_end_diverge() {
+        let rec = verifying_two_ops();
+        for name in ["float_exp", "float_log", "float_exp"] {
+            rec.record_verified_op(name, signature(name, &[2, 3]), [0; 3]);
+        }
+        assert!(rec.count_op("float_log"));
+        rec.boundary(true);
+        assert_eq!(rec.counters().divergences, 1);
+    }
+
+    #[test]
+    fn a_counted_step_of_another_length_diverges() {
+        for ops in [1, 3] {
+            let rec = verifying_two_ops();
+            for _ in 0..ops {
+                assert!(rec.count_op("float_exp"));
+            }
+            rec.boundary(true);
+            assert_eq!(rec.counters().divergences, 1, "{ops} ops counted");
+        }
+    }
+
+    #[test]
+    fn only_the_stepping_thread_counts() {
+        let rec = verifying_two_ops();
+        std::thread::scope(|scope| {
+            scope.spawn(|| {
+                assert!(!rec.may_count_op(), "another thread's op is verified");
+                rec.record_verified_op("float_exp", signature("float_exp", &[9]), [0; 3]);
+            });
+        });
+        assert_eq!(rec.position().1, 0);
+        assert!(rec.count_op("float_exp") && rec.count_op("float_log"));
+        rec.boundary(true);
+        assert_eq!(rec.counters().divergences, 0);
     }
 
     #[test]
