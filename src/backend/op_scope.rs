@@ -290,16 +290,14 @@ impl<B: Backend> OpScope<B> {
     /// recipe's inputs along, so that the rebuild's inputs are within the budget too.
     fn pinned_input(&mut self, tensor: &SpillTensor<B>, for_rebuild: bool) {
         let evictable = tensor.evictable();
-        if evictable {
-            tensor.mark_indexed();
-        }
         let tier = tensor.tier_unless_dropped();
         self.inputs.push(OpInput {
             id: tensor.id(),
             bytes: tensor.bytes(),
             tier: tier.unwrap_or(Tier::Device),
             evictable,
-            victim: tensor.victim(),
+            // The engine marks it once it indexes it (see `DeviceEngine::begin_op`).
+            victim: (evictable && !tensor.is_indexed()).then(|| tensor.victim()),
             dropped: tier.is_none(),
             rebuild_transient: if tier.is_none() {
                 tensor.rebuild_transient_bytes()

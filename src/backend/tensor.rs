@@ -689,6 +689,12 @@ impl<B: Backend> SpillTensor<B> {
         self.handle.listed_at.store(place, Ordering::Relaxed);
     }
 
+    /// Whether the engine's index holds this tensor (or will before any other thread can
+    /// reach it: a fresh output is marked as its op indexes it).
+    pub(crate) fn is_indexed(&self) -> bool {
+        self.handle.indexed.load(Ordering::Relaxed)
+    }
+
     /// Records that the engine's index now knows this tensor.
     pub(crate) fn mark_indexed(&self) {
         self.handle.indexed.store(true, Ordering::Relaxed);

@@ -3,8 +3,8 @@
 //! over the budget reported.
 
 use std::hash::Hasher;
-use std::sync::Weak;
 use std::sync::atomic::Ordering;
+use std::sync::{Arc, Weak};
 
 use crate::engine::index::{Index, Spillable};
 use crate::engine::slot::{TensorId, Tier};
@@ -25,8 +25,10 @@ pub struct OpInput {
     pub tier: Tier,
     /// Whether it may be moved off the device (strided views may not).
     pub evictable: bool,
-    /// The handle, for the index.
-    pub victim: Weak<dyn Spillable>,
+    /// The handle, for the index when it does not hold the tensor yet; `None` when the handle
+    /// says the index holds it (a weak reference made and dropped for nothing was two atomic
+    /// read-modify-writes per input).
+    pub victim: Option<Weak<dyn Spillable>>,
     /// Dropped from the device: it is rebuilt before the op runs, so its bytes count as bytes
     /// that come back (its `tier` says `Device`).
     pub dropped: bool,
@@ -125,6 +127,9 @@ impl DeviceEngine {
         let mut evictable_input_bytes = 0u64;
         let signature = op_signature(name, hint, inputs.iter().map(|i| i.bytes));
         let learnt;
+        // Inputs the index takes in now: marked as indexed once their entry exists, and let go
+        // after the index's lock (a handle's drop takes it).
+        let mut newly_indexed = smallvec::SmallVec::<[Arc<dyn Spillable>; 2]>::new();
         {
             let mut index = lock(&self.index);
             for (slot, input) in inputs.iter().enumerate() {
@@ -137,7 +142,22 @@ impl DeviceEngine {
                         input.bytes,
                         input.tier,
                         tick,
-                        || input.victim.clone(),
+                        || {
+                            let victim = input.victim.clone().unwrap_or_else(|| {
+                                panic!(
+                                    "burn-spill: tensor {} says it is indexed but the index does \
+                                     not hold it; this is a bug in burn-spill",
+                                    input.id
+                                )
+                            });
+                            // Marked only now that its entry exists, so that an op on another
+                            // thread that reads the mark finds the entry.
+                            if let Some(handle) = victim.upgrade() {
+                                handle.mark_indexed();
+                                newly_indexed.push(handle);
+                            }
+                            victim
+                        },
                         at,
                     )
                 });
@@ -171,6 +191,7 @@ impl DeviceEngine {
             }
             learnt = index.learnt_output(signature);
         }
+        drop(newly_indexed);
         self.ledger.on_prefetch_outcome(hits, misses);
         if !late.is_empty() && prefetching {
             self.lengthen_leads(&late);
@@ -371,8 +392,6 @@ impl DeviceEngine {
 /// before the next op, so no training run arrives late enough to test them.
 #[cfg(test)]
 mod tests {
-    use std::sync::Arc;
-
     use super::*;
     use crate::engine::device::Limits;
     use crate::engine::device::test_support::op;
@@ -446,7 +465,7 @@ mod tests {
             bytes: 100,
             tier: Tier::Device,
             evictable: true,
-            victim: Arc::downgrade(&tensor),
+            victim: Some(Arc::downgrade(&tensor)),
             dropped,
             rebuild_transient,
             for_rebuild,
@@ -466,6 +485,81 @@ mod tests {
         assert_eq!(engine.device_committed(), 500);
         engine.end_op(ticket, []);
         assert_eq!(engine.device_committed(), 0, "released when the op ends");
+    }
+
+    /// A tensor that remembers whether the index marked it.
+    #[derive(Default)]
+    struct Marked(std::sync::atomic::AtomicBool);
+
+    impl Spillable for Marked {
+        fn evict(&self, _: &DeviceEngine) -> Option<Tier> {
+            None
+        }
+        fn demote_to_disk(&self, _: &DeviceEngine) -> bool {
+            false
+        }
+        fn prefetch(&self, _: &DeviceEngine) -> bool {
+            false
+        }
+        fn as_any(&self) -> &dyn std::any::Any {
+            self
+        }
+        fn mark_indexed(&self) {
+            self.0.store(true, Ordering::Relaxed);
+        }
+    }
+
+    fn budgeted_engine() -> DeviceEngine {
+        let engine = DeviceEngine::default();
+        engine.limits.set(Limits {
+            budget: Some(1 << 20),
+            asynchronous: false,
+            ..Limits::default()
+        });
+        engine
+    }
+
+    fn resident_input(id: TensorId, victim: Option<Weak<dyn Spillable>>) -> OpInput {
+        OpInput {
+            id,
+            bytes: 100,
+            tier: Tier::Device,
+            evictable: true,
+            victim,
+            dropped: false,
+            rebuild_transient: 0,
+            for_rebuild: false,
+        }
+    }
+
+    #[test]
+    fn an_input_is_marked_indexed_once_its_entry_exists_and_then_needs_no_weak_handle() {
+        let marked = Arc::new(Marked::default());
+        let tensor: Arc<dyn Spillable> = marked.clone();
+        let engine = budgeted_engine();
+        let first = [resident_input(1, Some(Arc::downgrade(&tensor)))];
+        let ticket = engine
+            .begin_op("float_exp", &first, 0, None)
+            .expect("a budget");
+        assert!(
+            marked.0.load(Ordering::Relaxed),
+            "marked as the index took it in"
+        );
+        engine.end_op(ticket, []);
+        // Marked, it comes without a weak handle: the index finds its entry.
+        let again = [resident_input(1, None)];
+        let ticket = engine
+            .begin_op("float_exp", &again, 0, None)
+            .expect("a budget");
+        engine.end_op(ticket, []);
+        assert_eq!(lock(&engine.index).len(), 1);
+    }
+
+    #[test]
+    #[should_panic(expected = "says it is indexed but the index does not hold it")]
+    fn an_input_marked_indexed_that_the_index_lacks_is_a_bug_named() {
+        let engine = budgeted_engine();
+        let _ = engine.begin_op("float_exp", &[resident_input(7, None)], 0, None);
     }
 
     #[test]
