@@ -24,6 +24,18 @@ fn tiny_step(device: &<Flex as burn::tensor::backend::BackendTypes>::Device, row
     drop(w.grad(&grads));
 }
 
+/// Runs `steps` marked tiny steps of `rows` rows.
+fn marked_tiny_steps(
+    device: &<Flex as burn::tensor::backend::BackendTypes>::Device,
+    steps: usize,
+    rows: usize,
+) {
+    for _ in 0..steps {
+        let _step = Spill::step(device);
+        tiny_step(device, rows);
+    }
+}
+
 /// Records every step in full, runs one marked tiny step and returns its tape.
 fn record_one_tiny_step(
     device: &<Flex as burn::tensor::backend::BackendTypes>::Device,
@@ -92,26 +104,17 @@ fn a_changed_shape_is_a_divergence_and_the_next_step_is_recorded() {
     let device = Default::default();
     Spill::configure(&device, SpillConfig::default().tape_resample_steps(100)).unwrap();
     let before = Spill::tape_counters(&device);
-    for _ in 0..3 {
-        let _step = Spill::step(&device);
-        tiny_step(&device, 3);
-    }
+    marked_tiny_steps(&device, 3, 3);
     assert!(
         Spill::tape_counters(&device).verifying,
         "repeating steps are only verified"
     );
     let recorded = Spill::last_step(&device).unwrap().step;
-    {
-        let _step = Spill::step(&device);
-        tiny_step(&device, 5); // the batch grows: shapes change
-    }
+    marked_tiny_steps(&device, 1, 5); // the batch grows: shapes change
     let after = Spill::tape_counters(&device);
     assert_eq!(after.divergences, before.divergences + 1);
     assert!(!after.verifying, "the next step is recorded in full");
-    {
-        let _step = Spill::step(&device);
-        tiny_step(&device, 5);
-    }
+    marked_tiny_steps(&device, 1, 5);
     let tape = Spill::last_step(&device).unwrap();
     assert!(tape.step > recorded);
     assert!(
@@ -129,18 +132,12 @@ fn under_a_budget_that_never_binds_steps_are_checked_by_their_number_of_ops() {
         .device_budget_bytes(1 << 30);
     Spill::configure(&device, config).unwrap();
     let before = Spill::tape_counters(&device);
-    for _ in 0..3 {
-        let _step = Spill::step(&device);
-        tiny_step(&device, 3);
-    }
+    marked_tiny_steps(&device, 3, 3);
     assert!(Spill::tape_counters(&device).verifying);
-    {
-        // Memory is ample, so the ops are only counted: new shapes with the same ops go
-        // unseen (no decision reads the plan until memory binds, and the first op verified
-        // then that differs is the divergence).
-        let _step = Spill::step(&device);
-        tiny_step(&device, 5);
-    }
+    // Memory is ample, so the ops are only counted: new shapes with the same ops go unseen (no
+    // decision reads the plan until memory binds, and the first op verified then that differs
+    // is the divergence).
+    marked_tiny_steps(&device, 1, 5);
     assert_eq!(
         Spill::tape_counters(&device).divergences,
         before.divergences
@@ -154,10 +151,7 @@ fn under_a_budget_that_never_binds_steps_are_checked_by_their_number_of_ops() {
     let after = Spill::tape_counters(&device);
     assert_eq!(after.divergences, before.divergences + 1);
     assert!(!after.verifying, "the next step is recorded in full");
-    {
-        let _step = Spill::step(&device);
-        tiny_step(&device, 5);
-    }
+    marked_tiny_steps(&device, 1, 5);
     let tape = Spill::last_step(&device).unwrap();
     assert!(
         tape.tensors.iter().any(|t| t.shape == vec![5, 2]),

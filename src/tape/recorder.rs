@@ -983,15 +983,16 @@ mod tests {
         assert_eq!(tape.ops[0].inputs, vec![1]);
     }
 
-    /// A recorder verifying steps of two ops (`float_exp` then `float_log`, outputs [2, 3]).
-    fn verifying_two_ops() -> Recorder {
+    /// A recorder that recorded two equal marked steps of `ops` (each an op `name` reading
+    /// tensor `id - 1` and making `id`, both [2, 3]), so that it verifies the next ones.
+    fn verifying(ops: &[(&'static str, TensorId)]) -> Recorder {
         let rec = Recorder::default();
         rec.set_enabled(true);
         rec.set_resample_every(100);
         let t0 = Instant::now();
         for _ in 0..2 {
             rec.boundary(true);
-            for (name, id) in [("float_exp", 2), ("float_log", 3)] {
+            for &(name, id) in ops {
                 rec.record_op(
                     name,
                     [view(id - 1, &[2, 3])].into_iter(),
@@ -1003,6 +1004,12 @@ mod tests {
             }
         }
         rec.boundary(true);
+        rec
+    }
+
+    /// A recorder verifying steps of two ops (`float_exp` then `float_log`).
+    fn verifying_two_ops() -> Recorder {
+        let rec = verifying(&[("float_exp", 2), ("float_log", 3)]);
         assert!(rec.signatures_only() && rec.may_count_op());
         rec
     }
@@ -1081,22 +1088,7 @@ mod tests {
 
     #[test]
     fn verifying_steps_skip_drops_and_need_only_outputs() {
-        let rec = Recorder::default();
-        rec.set_enabled(true);
-        rec.set_resample_every(100);
-        let t0 = Instant::now();
-        for _ in 0..2 {
-            rec.boundary(true);
-            rec.record_op(
-                "float_exp",
-                [view(1, &[2, 3])].into_iter(),
-                [view(2, &[2, 3])].into_iter(),
-                t0,
-                10,
-                [0; 3],
-            );
-        }
-        rec.boundary(true);
+        let rec = verifying(&[("float_exp", 2)]);
         assert!(
             rec.signatures_only(),
             "two equal recorded steps make it verify"
