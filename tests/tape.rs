@@ -36,6 +36,25 @@ fn marked_tiny_steps(
     }
 }
 
+/// Checks that one divergence was counted since `before` and that the next step is recorded
+/// in full, runs it with the grown batch (5 rows) and returns its tape, which has the new
+/// shapes.
+fn records_the_grown_batch_after_one_divergence(
+    device: &<Flex as burn::tensor::backend::BackendTypes>::Device,
+    before: burn_spill::tape::TapeCounters,
+) -> std::sync::Arc<burn_spill::tape::StepTape> {
+    let after = Spill::tape_counters(device);
+    assert_eq!(after.divergences, before.divergences + 1);
+    assert!(!after.verifying, "the next step is recorded in full");
+    marked_tiny_steps(device, 1, 5);
+    let tape = Spill::last_step(device).unwrap();
+    assert!(
+        tape.tensors.iter().any(|t| t.shape == vec![5, 2]),
+        "the new shapes are on the tape"
+    );
+    tape
+}
+
 /// Records every step in full, runs one marked tiny step and returns its tape.
 fn record_one_tiny_step(
     device: &<Flex as burn::tensor::backend::BackendTypes>::Device,
@@ -111,16 +130,8 @@ fn a_changed_shape_is_a_divergence_and_the_next_step_is_recorded() {
     );
     let recorded = Spill::last_step(&device).unwrap().step;
     marked_tiny_steps(&device, 1, 5); // the batch grows: shapes change
-    let after = Spill::tape_counters(&device);
-    assert_eq!(after.divergences, before.divergences + 1);
-    assert!(!after.verifying, "the next step is recorded in full");
-    marked_tiny_steps(&device, 1, 5);
-    let tape = Spill::last_step(&device).unwrap();
+    let tape = records_the_grown_batch_after_one_divergence(&device, before);
     assert!(tape.step > recorded);
-    assert!(
-        tape.tensors.iter().any(|t| t.shape == vec![5, 2]),
-        "the new shapes are on the tape"
-    );
 }
 
 #[test]
@@ -148,15 +159,7 @@ fn under_a_budget_that_never_binds_steps_are_checked_by_their_number_of_ops() {
         tiny_step(&device, 5);
         drop(Tensor::<B, 1>::ones([4], &device).exp());
     }
-    let after = Spill::tape_counters(&device);
-    assert_eq!(after.divergences, before.divergences + 1);
-    assert!(!after.verifying, "the next step is recorded in full");
-    marked_tiny_steps(&device, 1, 5);
-    let tape = Spill::last_step(&device).unwrap();
-    assert!(
-        tape.tensors.iter().any(|t| t.shape == vec![5, 2]),
-        "the new shapes are on the tape"
-    );
+    records_the_grown_batch_after_one_divergence(&device, before);
 }
 
 #[test]
