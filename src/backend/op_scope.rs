@@ -221,8 +221,9 @@ impl<B: Backend> OpScope<B> {
             let recorder = engine.recorder();
             let taken = if recorder.signatures_only() {
                 // Only under a budget: without one the user configured the device to watch
-                // its tape, and every op is verified (divergences are counted op by op).
-                if recorder.may_count_op() && engine.is_tracking() && !engine.tracks_all() {
+                // its tape, and every op is verified (divergences are counted op by op). The
+                // engine's flags first: a tracked op then skips the thread check.
+                if engine.is_tracking() && !engine.tracks_all() && recorder.may_count_op() {
                     Taken::Counted
                 } else {
                     Taken::Verified(OpSignature::new(self.name))
