@@ -726,18 +726,17 @@ impl Recorder {
 
     /// Counts one op of the stepping thread without its signature or the recorder's lock, where
     /// no decision reads the plan while the op runs (the device has a budget and memory is
-    /// ample):
-    /// the step is then checked against the recorded one by its number of ops only, and an op
-    /// that changed goes unseen until ops are verified again (the first verified op that
-    /// differs is the divergence). Only for an op that [`may_count_op`](Self::may_count_op)
-    /// allowed as it started, on its thread. Returns `false` when the op was recorded after
-    /// all (the recorder left verification since the op started), by its name.
+    /// ample): the step is then checked against the recorded one by its number of ops only,
+    /// and an op that changed goes unseen until ops are verified again (the first verified op
+    /// that differs is the divergence). Only for an op that
+    /// [`may_count_op`](Self::may_count_op) allowed as it started, on its thread. Returns
+    /// `false` when the op was recorded after all (the recorder left verification since the op
+    /// started), by its name.
     pub(crate) fn count_op(&self, name: &'static str) -> bool {
         const OPS: u64 = (1 << POSITION_BITS) - 1;
-        // Only the stepping thread counts, so the count cannot pass the field between the check
-        // and the add.
-        // The thread was checked as the op started ([`may_count_op`]); the mode may have
-        // changed since.
+        // The thread was checked as the op started; the mode may have changed since, so it is
+        // read again. Only the stepping thread counts, so the count cannot pass the field
+        // between the check and the add.
         if self.may_count_ops.load(Ordering::Relaxed)
             && self.position.load(Ordering::Relaxed) & OPS < OPS
         {
