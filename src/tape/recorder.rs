@@ -216,6 +216,10 @@ struct State {
     main_thread: Option<u64>,
     /// Whether the stepping thread has run an op since it became the stepping thread.
     stepping_thread_ran_ops: bool,
+    /// Ops of the stepping thread that matched the recorded step since the last divergence
+    /// (or the last period confirmed): how long an unmarked stream's period has held (see
+    /// [`COUNT_AFTER_VERIFIED_OPS`]).
+    verified_ops: u64,
     /// Steps recorded in full so far.
     step_tapes: u64,
     /// Whether an op of this step went in without its inputs (see
@@ -235,6 +239,16 @@ pub struct TapeCounters {
     /// The period (in ops) found in an unmarked op stream, when steps are cut automatically.
     pub auto_period: Option<usize>,
 }
+
+/// How many of an unmarked stream's ops must have matched the recorded step, since its period
+/// was confirmed or last broke, before its ops may be counted instead of verified (see
+/// [`Recorder::count_op`]). A counted stream is cut every period ops and nothing checks what the
+/// ops are until memory binds or a step is recorded again, so a period confirmed on a
+/// repetition inside the real step (identical layers, the optimizer's update of same-shaped
+/// parameters) must first have been verified past any such run: the real step's other ops
+/// break it within one real step. Runs of identical layers or updates in the models measured
+/// here are at most a few thousand ops (the GPT-125M's whole step is 5,364).
+pub const COUNT_AFTER_VERIFIED_OPS: u64 = 1 << 14;
 
 /// The default of [`Recorder::set_resample_every`]: a repeating step is recorded again every
 /// this many steps (the design brief's figure).
@@ -315,6 +329,8 @@ impl State {
                 if !state.expected.is_empty() && !repeats {
                     state.divergences += 1;
                     state.restart_detection();
+                } else if repeats {
+                    state.verified_ops += state.signatures.len() as u64;
                 }
                 state.stable = if repeats { state.stable + 1 } else { 0 };
                 std::mem::swap(&mut state.expected, &mut state.signatures);
@@ -346,6 +362,7 @@ impl State {
                     state.expected.clear();
                     state.restart_detection();
                 } else {
+                    state.verified_ops += state.signatures.len() as u64;
                     state.pause_detection();
                     if state.steps_since_recorded + 1 >= state.resample_every {
                         state.mode = Mode::Record;
@@ -372,6 +389,15 @@ impl State {
             return;
         }
         if let Some(recorded) = self.expected.get(from..ops.min(self.expected.len())) {
+            // A paused detector remembers the stream for after a divergence: the counted ops
+            // are taken to be the recorded ones, so it remembers those.
+            if self.detection_paused
+                && let Some(detector) = &mut self.detector
+            {
+                for &sig in recorded {
+                    detector.observe(sig);
+                }
+            }
             self.signatures.extend_from_slice(recorded);
         }
         if self.signatures.len() < ops {
@@ -382,10 +408,24 @@ impl State {
     }
 
     /// Whether the stepping thread's ops may be counted without their signatures (see
-    /// [`Recorder::count_op`]): the step is verified and steps are marked (an unmarked stream
-    /// finds its steps in the signatures).
+    /// [`Recorder::count_op`]): the step is verified, and steps are marked, or an unmarked
+    /// stream's confirmed period has held for [`COUNT_AFTER_VERIFIED_OPS`] (it is then cut
+    /// every period ops, counted).
     fn may_count_ops(&self) -> bool {
-        self.mode == Mode::Verify && self.markers_used && self.main_thread.is_some()
+        let steps_known = self.markers_used
+            || (self.auto_period.is_some()
+                && self.detection_paused
+                && self.verified_ops >= COUNT_AFTER_VERIFIED_OPS);
+        self.mode == Mode::Verify && self.main_thread.is_some() && steps_known
+    }
+
+    /// The period a counted unmarked stream is cut at (0: none, steps are marked or not
+    /// counted).
+    fn counted_period(&self) -> u64 {
+        match self.auto_period {
+            Some(period) if !self.markers_used && self.may_count_ops() => period as u64,
+            _ => 0,
+        }
     }
 
     /// Whether an op needs only its signature now (see `Recorder::signatures_only`): the step
@@ -399,6 +439,7 @@ impl State {
     /// Forgets the period of an unmarked stream, so that it is found again (the program
     /// changed).
     fn restart_detection(&mut self) {
+        self.verified_ops = 0;
         if self.detection_paused {
             self.detection_paused = false;
             self.detection_resumed += 1;
@@ -458,6 +499,7 @@ impl State {
                 if held >= period && period > self.auto_period.unwrap_or(0) {
                     self.auto_period = Some(period);
                     self.long_search = false;
+                    self.verified_ops = 0;
                     // Not a step: whatever ran before, up to the confirmation.
                     self.buffers.clear();
                     self.incomplete = false;
@@ -504,6 +546,9 @@ pub struct Recorder {
     /// Whether the stepping thread's ops may be counted instead of verified, as of the last op
     /// or boundary (see [`Recorder::count_op`]).
     may_count_ops: AtomicBool,
+    /// Where a counted unmarked stream is cut into steps: its period in ops (0 when steps are
+    /// marked or ops are not counted), as of the last op or boundary.
+    counted_period: AtomicU64,
     /// The stepping thread's number (0 before one is known).
     main_thread: AtomicU64,
 }
@@ -540,6 +585,7 @@ impl Default for Recorder {
                 auto_period: None,
                 main_thread: None,
                 stepping_thread_ran_ops: false,
+                verified_ops: 0,
                 step_tapes: 0,
                 incomplete: false,
             }),
@@ -548,6 +594,7 @@ impl Default for Recorder {
             divergence_count: AtomicU64::new(0),
             signatures_only: AtomicBool::new(false),
             may_count_ops: AtomicBool::new(false),
+            counted_period: AtomicU64::new(0),
             main_thread: AtomicU64::new(0),
         }
     }
@@ -582,6 +629,8 @@ impl Recorder {
             .store(state.needs_signatures_only(), Ordering::Relaxed);
         self.may_count_ops
             .store(state.may_count_ops(), Ordering::Relaxed);
+        self.counted_period
+            .store(state.counted_period(), Ordering::Relaxed);
         self.main_thread
             .store(state.main_thread.unwrap_or(0), Ordering::Relaxed);
         let ops = (state.signatures.len() as u64).min((1 << POSITION_BITS) - 1);
@@ -647,6 +696,7 @@ impl Recorder {
             state.long_search = false;
             state.main_thread = None;
             state.stepping_thread_ran_ops = false;
+            state.verified_ops = 0;
             self.publish(&state);
         }
         self.enabled.store(enabled, Ordering::Relaxed);
@@ -726,9 +776,10 @@ impl Recorder {
 
     /// Counts one op of the stepping thread without its signature or the recorder's lock, where
     /// no decision reads the plan while the op runs (the device has a budget and memory is
-    /// ample): the step is then checked against the recorded one by its number of ops only,
-    /// and an op that changed goes unseen until ops are verified again (the first verified op
-    /// that differs is the divergence). Only for an op that
+    /// ample): a marked step is then checked against the recorded one by its number of ops
+    /// only, and an unmarked stream is cut every period ops without a check. An op that
+    /// changed goes unseen until ops are verified again (the first verified op that differs is
+    /// the divergence) or the next step recorded in full differs. Only for an op that
     /// [`may_count_op`](Self::may_count_op) allowed as it started, on its thread. Returns
     /// `false` when the op was recorded after all (the recorder left verification since the op
     /// started), by its name.
@@ -742,13 +793,31 @@ impl Recorder {
         {
             // The position is the count: a boundary publishes its own, and an op counted across
             // it lands in either step, as its place among the ops says.
-            self.position.fetch_add(1, Ordering::Relaxed);
+            let counted = (self.position.fetch_add(1, Ordering::Relaxed) & OPS) + 1;
+            let period = self.counted_period.load(Ordering::Relaxed);
+            if period != 0 && counted >= period {
+                self.cut_counted_step();
+            }
             return true;
         }
         // Its signature was not built: recorded by name, it diverges if it is verified, which
         // only makes the next step recorded.
         self.record_verified_op(name, OpSignature::new(name), [0; 3]);
         false
+    }
+
+    /// Cuts a counted unmarked stream's step once its ops reach the period, as a verified op
+    /// would have (see `State::auto_step`).
+    fn cut_counted_step(&self) {
+        let mut state = self.lock();
+        self.absorb_counted(&mut state);
+        if let Some(period) = state.auto_period
+            && !state.markers_used
+            && state.signatures.len() >= period
+        {
+            state.close(false);
+        }
+        self.publish(&state);
     }
 
     /// Takes the ops counted since the last verified one into the step (see
@@ -894,6 +963,7 @@ impl Recorder {
             state.detector = None;
             state.detection_paused = false;
             state.auto_period = None;
+            state.verified_ops = 0;
         }
         let closed = state.close(next_marked);
         self.publish(&state);
@@ -1521,6 +1591,86 @@ mod auto_step_tests {
             op(rec, name, width);
             true
         }
+    }
+
+    #[test]
+    fn an_unmarked_stream_is_counted_once_its_period_has_held_and_cut_at_it() {
+        let rec = Recorder::default();
+        rec.set_enabled(true);
+        // The steps are cut where the period was confirmed: in some rotation of these ops.
+        let mut stream = SEVEN_OPS[..5].iter().copied().cycle();
+        let mut ops = 0;
+        while !rec.may_count_op() {
+            adapter_op(&rec, stream.next().unwrap(), 3);
+            ops += 1;
+            assert!(ops < 2 * COUNT_AFTER_VERIFIED_OPS, "never counted");
+        }
+        assert!(
+            ops > COUNT_AFTER_VERIFIED_OPS,
+            "counted only once the period held for that many ops: after {ops}"
+        );
+        let before = rec.counters();
+        assert_eq!(before.auto_period, Some(5));
+        assert_eq!(rec.position(), (before.steps, 0), "at a step's start");
+        let step: Vec<&'static str> = stream.by_ref().take(5).collect();
+        for name in step.iter().cycle().take(15) {
+            assert!(rec.count_op(name));
+        }
+        let counted = rec.counters();
+        assert_eq!(counted.steps, before.steps + 3, "cut every 5 ops counted");
+        assert_eq!(counted.divergences, before.divergences);
+        assert_eq!(rec.position(), (counted.steps, 0));
+        assert!(rec.may_count_op(), "and still counted");
+
+        // Two ops counted, then verified (memory stopped being ample): the third op is
+        // compared with the recorded step's third.
+        assert!(rec.count_op(step[0]) && rec.count_op(step[1]));
+        for name in &step[2..] {
+            assert!(!adapter_op(&rec, name, 3), "verified");
+        }
+        assert_eq!(rec.counters().steps, counted.steps + 1, "cut at the period");
+        assert_eq!(rec.counters().divergences, before.divergences);
+
+        // A new program, verified: the first op that differs diverges, and detection, which
+        // remembered the counted ops as the recorded step's, finds the new period.
+        for _ in 0..12 {
+            for name in SEVEN_OPS {
+                adapter_op(&rec, name, 4);
+            }
+        }
+        let after = rec.counters();
+        assert!(after.divergences > before.divergences);
+        assert_eq!(after.auto_period, Some(7), "{after:?}");
+        assert!(
+            !rec.may_count_op(),
+            "the new period has not held long enough to be counted"
+        );
+    }
+
+    #[test]
+    fn a_repetition_inside_the_step_is_not_counted_as_the_step() {
+        // As in `a_repetition_inside_the_step_does_not_hide_the_step_when_detection_paused`:
+        // the layer's period is confirmed and verified before the head breaks it. Counted, the
+        // head would go unseen.
+        let rec = Recorder::default();
+        rec.set_enabled(true);
+        let layer = ["float_matmul", "float_add", "relu", "float_mul"];
+        let step = layer
+            .iter()
+            .cycle()
+            .take(6 * layer.len())
+            .chain(&["float_sum", "float_neg"]);
+        let mut first_counted = None;
+        for _ in 0..COUNT_AFTER_VERIFIED_OPS / 26 + 100 {
+            for name in step.clone() {
+                if rec.may_count_op() && first_counted.is_none() {
+                    first_counted = Some(rec.counters());
+                }
+                adapter_op(&rec, name, 8);
+            }
+        }
+        let counters = first_counted.expect("counted once the real step held");
+        assert_eq!(counters.auto_period, Some(26), "{counters:?}");
     }
 
     #[test]

@@ -4,6 +4,7 @@
 
 pub mod op_list;
 pub mod spill_file;
+pub mod tiny_program;
 
 use std::collections::BTreeSet;
 use std::panic::{AssertUnwindSafe, catch_unwind};
