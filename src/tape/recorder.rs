@@ -1593,6 +1593,14 @@ mod auto_step_tests {
         }
     }
 
+    /// A step of six identical 4-op layers (width 8) and a 2-op head (width 1), as (name,
+    /// width) pairs: its layer repeats inside it.
+    fn six_layers_and_a_head() -> impl Iterator<Item = (&'static str, usize)> {
+        let layer = ["float_matmul", "float_add", "relu", "float_mul"];
+        let layers = (0..6).flat_map(move |_| layer.map(|name| (name, 8)));
+        layers.chain([("float_sum", 1), ("float_neg", 1)])
+    }
+
     #[test]
     fn an_unmarked_stream_is_counted_once_its_period_has_held_and_cut_at_it() {
         let rec = Recorder::default();
@@ -1654,19 +1662,13 @@ mod auto_step_tests {
         // head would go unseen.
         let rec = Recorder::default();
         rec.set_enabled(true);
-        let layer = ["float_matmul", "float_add", "relu", "float_mul"];
-        let step = layer
-            .iter()
-            .cycle()
-            .take(6 * layer.len())
-            .chain(&["float_sum", "float_neg"]);
         let mut first_counted = None;
         for _ in 0..COUNT_AFTER_VERIFIED_OPS / 26 + 100 {
-            for name in step.clone() {
+            for (name, width) in six_layers_and_a_head() {
                 if rec.may_count_op() && first_counted.is_none() {
                     first_counted = Some(rec.counters());
                 }
-                adapter_op(&rec, name, 8);
+                adapter_op(&rec, name, width);
             }
         }
         let counters = first_counted.expect("counted once the real step held");
@@ -1805,15 +1807,10 @@ mod auto_step_tests {
         // twice and verified (detection pauses) before the head breaks it.
         let rec = Recorder::default();
         rec.set_enabled(true);
-        let layer = ["float_matmul", "float_add", "relu", "float_mul"];
         for _ in 0..12 {
-            for _ in 0..6 {
-                for name in layer {
-                    op(&rec, name, 8);
-                }
+            for (name, width) in six_layers_and_a_head() {
+                op(&rec, name, width);
             }
-            op(&rec, "float_sum", 1);
-            op(&rec, "float_neg", 1);
         }
         assert!(
             detection(&rec).1 >= 1,
