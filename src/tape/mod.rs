@@ -17,5 +17,5 @@ pub use model::{
     DropRecord, OpRecord, Producer, StepTape, TAPE_SCHEMA_VERSION, TensorRecord, TierSample,
 };
 pub use period::{PeriodDetector, op_signature};
-pub use recorder::{COUNT_AFTER_VERIFIED_OPS, TapeCounters};
+pub use recorder::{CHECK_ONE_IN, COUNT_AFTER_VERIFIED_OPS, TapeCounters};
 pub(crate) use recorder::{Recorder, TensorView};

@@ -220,6 +220,8 @@ struct State {
     /// (or the last period confirmed): how long an unmarked stream's period has held (see
     /// [`COUNT_AFTER_VERIFIED_OPS`]).
     verified_ops: u64,
+    /// Ops taken into steps as counted (see `absorb_counted`), for [`TapeCounters`].
+    counted_ops: u64,
     /// Steps recorded in full so far.
     step_tapes: u64,
     /// Whether an op of this step went in without its inputs (see
@@ -238,6 +240,9 @@ pub struct TapeCounters {
     pub verifying: bool,
     /// The period (in ops) found in an unmarked op stream, when steps are cut automatically.
     pub auto_period: Option<usize>,
+    /// Ops of the stepping thread counted instead of verified (under a budget while memory is
+    /// ample: see [`Recorder::count_op`]), so far.
+    pub counted_ops: u64,
 }
 
 /// How many of an unmarked stream's ops must have matched the recorded step, since its period
@@ -249,6 +254,14 @@ pub struct TapeCounters {
 /// break it within one real step. Runs of identical layers or updates in the models measured
 /// here are at most a few thousand ops (the GPT-125M's whole step is 5,364).
 pub const COUNT_AFTER_VERIFIED_OPS: u64 = 1 << 14;
+
+/// While an unmarked stream's ops are counted, one in this many is verified all the same. Its
+/// steps are cut by count alone, so a changed program (an evaluation loop, another model)
+/// would otherwise go unseen until memory binds or a step is next recorded in full: checked,
+/// it is a divergence within this many ops, at about a sixtieth of verifying every op. Prime,
+/// so that the checked ops move through a step's positions from one step to the next. Marked
+/// steps need none: each marker checks the step's number of ops.
+pub const CHECK_ONE_IN: u32 = 61;
 
 /// The default of [`Recorder::set_resample_every`]: a repeating step is recorded again every
 /// this many steps (the design brief's figure).
@@ -400,6 +413,7 @@ impl State {
             }
             self.signatures.extend_from_slice(recorded);
         }
+        self.counted_ops += (ops - from) as u64;
         if self.signatures.len() < ops {
             self.diverged_at.get_or_insert(self.signatures.len() as u32);
             self.signatures.resize(ops, 0);
@@ -549,6 +563,9 @@ pub struct Recorder {
     /// Where a counted unmarked stream is cut into steps: its period in ops (0 when steps are
     /// marked or ops are not counted), as of the last op or boundary.
     counted_period: AtomicU64,
+    /// Counted ops of an unmarked stream since one was checked (see [`CHECK_ONE_IN`]); only
+    /// the stepping thread reads and writes it.
+    counted_since_check: std::sync::atomic::AtomicU32,
     /// The stepping thread's number (0 before one is known).
     main_thread: AtomicU64,
 }
@@ -586,6 +603,7 @@ impl Default for Recorder {
                 main_thread: None,
                 stepping_thread_ran_ops: false,
                 verified_ops: 0,
+                counted_ops: 0,
                 step_tapes: 0,
                 incomplete: false,
             }),
@@ -595,6 +613,7 @@ impl Default for Recorder {
             signatures_only: AtomicBool::new(false),
             may_count_ops: AtomicBool::new(false),
             counted_period: AtomicU64::new(0),
+            counted_since_check: std::sync::atomic::AtomicU32::new(0),
             main_thread: AtomicU64::new(0),
         }
     }
@@ -768,18 +787,32 @@ impl Recorder {
     }
 
     /// Whether an op starting now on this thread may be counted instead of verified (see
-    /// [`count_op`](Self::count_op)).
+    /// [`count_op`](Self::count_op)); in an unmarked stream, one op in [`CHECK_ONE_IN`] is not.
     pub(crate) fn may_count_op(&self) -> bool {
-        self.may_count_ops.load(Ordering::Relaxed)
-            && self.main_thread.load(Ordering::Relaxed) == thread_number()
+        if !(self.may_count_ops.load(Ordering::Relaxed)
+            && self.main_thread.load(Ordering::Relaxed) == thread_number())
+        {
+            return false;
+        }
+        if self.counted_period.load(Ordering::Relaxed) == 0 {
+            return true;
+        }
+        // An unmarked stream: one op in `CHECK_ONE_IN` is verified. Only the stepping thread
+        // gets here, so a load and a store suffice.
+        let since = self.counted_since_check.load(Ordering::Relaxed) + 1;
+        let check = since >= CHECK_ONE_IN;
+        self.counted_since_check
+            .store(if check { 0 } else { since }, Ordering::Relaxed);
+        !check
     }
 
     /// Counts one op of the stepping thread without its signature or the recorder's lock, where
     /// no decision reads the plan while the op runs (the device has a budget and memory is
     /// ample): a marked step is then checked against the recorded one by its number of ops
-    /// only, and an unmarked stream is cut every period ops without a check. An op that
-    /// changed goes unseen until ops are verified again (the first verified op that differs is
-    /// the divergence) or the next step recorded in full differs. Only for an op that
+    /// only, and an unmarked stream is cut every period ops with one op in [`CHECK_ONE_IN`]
+    /// verified. An op that changed goes unseen until an op is verified again (the first
+    /// verified op that differs is the divergence) or the next step recorded in full differs.
+    /// Only for an op that
     /// [`may_count_op`](Self::may_count_op) allowed as it started, on its thread. Returns
     /// `false` when the op was recorded after all (the recorder left verification since the op
     /// started), by its name.
@@ -978,6 +1011,7 @@ impl Recorder {
             divergences: state.divergences,
             verifying: state.mode == Mode::Verify,
             auto_period: state.auto_period,
+            counted_ops: state.counted_ops,
         }
     }
 
@@ -1601,10 +1635,15 @@ mod auto_step_tests {
         layers.chain([("float_sum", 1), ("float_neg", 1)])
     }
 
-    #[test]
-    fn an_unmarked_stream_is_counted_once_its_period_has_held_and_cut_at_it() {
+    /// A recorder fed the first 5 of [`SEVEN_OPS`] (width 3, unmarked, as the adapter records
+    /// them, with no step recorded in full once they verify) until it may count them: at a
+    /// step's start. Returns it with the step's ops in the
+    /// rotation its steps are cut in, and the ops it took.
+    fn counting_five_op_steps() -> (Recorder, Vec<&'static str>, u64) {
         let rec = Recorder::default();
         rec.set_enabled(true);
+        // No step recorded in full again: every op counted or checked.
+        rec.set_resample_every(1 << 20);
         // The steps are cut where the period was confirmed: in some rotation of these ops.
         let mut stream = SEVEN_OPS[..5].iter().copied().cycle();
         let mut ops = 0;
@@ -1613,20 +1652,40 @@ mod auto_step_tests {
             ops += 1;
             assert!(ops < 2 * COUNT_AFTER_VERIFIED_OPS, "never counted");
         }
+        assert_eq!(
+            rec.position(),
+            (rec.counters().steps, 0),
+            "at a step's start"
+        );
+        (rec, stream.take(5).collect(), ops)
+    }
+
+    /// Records one op as the adapter does under a budget while memory is ample: counted when
+    /// the recorder allows it, else by its signature. Returns whether it was counted.
+    fn ample_adapter_op(rec: &Recorder, name: &'static str, width: usize) -> bool {
+        if rec.signatures_only() && rec.may_count_op() {
+            return rec.count_op(name);
+        }
+        adapter_op(rec, name, width);
+        false
+    }
+
+    #[test]
+    fn an_unmarked_stream_is_counted_once_its_period_has_held_and_cut_at_it() {
+        let (rec, step, ops) = counting_five_op_steps();
         assert!(
             ops > COUNT_AFTER_VERIFIED_OPS,
             "counted only once the period held for that many ops: after {ops}"
         );
         let before = rec.counters();
         assert_eq!(before.auto_period, Some(5));
-        assert_eq!(rec.position(), (before.steps, 0), "at a step's start");
-        let step: Vec<&'static str> = stream.by_ref().take(5).collect();
         for name in step.iter().cycle().take(15) {
             assert!(rec.count_op(name));
         }
         let counted = rec.counters();
         assert_eq!(counted.steps, before.steps + 3, "cut every 5 ops counted");
         assert_eq!(counted.divergences, before.divergences);
+        assert_eq!(counted.counted_ops, before.counted_ops + 15);
         assert_eq!(rec.position(), (counted.steps, 0));
         assert!(rec.may_count_op(), "and still counted");
 
@@ -1653,6 +1712,35 @@ mod auto_step_tests {
             !rec.may_count_op(),
             "the new period has not held long enough to be counted"
         );
+    }
+
+    #[test]
+    fn a_counted_unmarked_stream_checks_one_op_in_so_many_and_sees_a_changed_program() {
+        let (rec, step, _) = counting_five_op_steps();
+        let before = rec.counters();
+        let counted = step
+            .iter()
+            .cycle()
+            .take(10 * CHECK_ONE_IN as usize)
+            .filter(|&&name| ample_adapter_op(&rec, name, 3))
+            .count();
+        assert_eq!(
+            counted,
+            10 * (CHECK_ONE_IN as usize - 1),
+            "one op in {CHECK_ONE_IN} verified, the others counted"
+        );
+        let unchanged = rec.counters();
+        assert_eq!(unchanged.divergences, before.divergences);
+        assert_eq!(unchanged.counted_ops, before.counted_ops + counted as u64);
+
+        // Another program: a checked op differs, and the step it is in diverges.
+        let mut ops = 0;
+        while rec.counters().divergences == before.divergences {
+            ample_adapter_op(&rec, SEVEN_OPS[ops % 7], 4);
+            ops += 1;
+            assert!(ops <= CHECK_ONE_IN as usize + 5, "unseen after {ops} ops");
+        }
+        assert!(!rec.may_count_op(), "the next step is recorded");
     }
 
     #[test]
