@@ -241,6 +241,9 @@ pub(crate) struct Index {
     output_sizes: FastMap<u64, u64>,
     /// The last room pass that found no victim, and the tensors touched since.
     fruitless: Option<FruitlessRoom>,
+    /// The engine's clock: the next tick [`next_tick`](Self::next_tick) gives (a use's time,
+    /// for LRU order). Kept here, under the index's lock that every use of it takes anyway.
+    tick: u64,
 }
 
 /// A room pass (tensors next used after `beyond` leave to let a prefetch in) that found no
@@ -276,6 +279,13 @@ fn touch(fruitless: &mut Option<FruitlessRoom>, id: TensorId) {
 const MAX_OUTPUT_SIZES: usize = 1 << 16;
 
 impl Index {
+    /// A new tick of the engine's clock (the time of a use, for LRU order).
+    pub fn next_tick(&mut self) -> u64 {
+        let tick = self.tick;
+        self.tick += 1;
+        tick
+    }
+
     /// The output bytes learnt for an op signature, if any.
     pub fn learnt_output(&self, signature: u64) -> Option<u64> {
         self.output_sizes.get(&signature).copied()

@@ -121,17 +121,18 @@ impl DeviceEngine {
         let has_plan = planning && self.plan_headroom.load(Ordering::Relaxed) > 0;
         let (mut hits, mut misses) = (0u64, 0u64);
         let mut late = Vec::new();
-        let tick = self.tick.fetch_add(1, Ordering::Relaxed);
+        let tick;
         let mut ids = smallvec::SmallVec::<[TensorId; 4]>::new();
         let (mut input_bytes, mut to_restore, mut largest) = (0u64, 0u64, 0u64);
         let mut evictable_input_bytes = 0u64;
         let signature = op_signature(name, hint, inputs.iter().map(|i| i.bytes));
-        let learnt;
+        let (learnt, estimate, reserved);
         // Inputs the index takes in now: marked as indexed once their entry exists, and let go
         // after the index's lock (a handle's drop takes it).
         let mut newly_indexed = smallvec::SmallVec::<[Arc<dyn Spillable>; 2]>::new();
         {
             let mut index = lock(&self.index);
+            tick = index.next_tick();
             for (slot, input) in inputs.iter().enumerate() {
                 let first = !ids.contains(&input.id);
                 let note = input.evictable.then(|| {
@@ -190,13 +191,23 @@ impl DeviceEngine {
                 }
             }
             learnt = index.learnt_output(signature);
+            estimate = learnt.or(known_output).unwrap_or(largest);
+            // The inputs to restore and the output are reserved before room is made, so that
+            // ops admitted on other threads meanwhile count them too (and this op counts
+            // theirs): two ops may both make room for both, never neither for the other. An op
+            // that strict mode refuses below reserves nothing.
+            reserved = if input_bytes > budget && strict {
+                0
+            } else {
+                to_restore.saturating_add(estimate)
+            };
+            self.add_reserved(&mut index, reserved);
         }
         drop(newly_indexed);
         self.ledger.on_prefetch_outcome(hits, misses);
         if !late.is_empty() && prefetching {
             self.lengthen_leads(&late);
         }
-        let estimate = learnt.or(known_output).unwrap_or(largest);
         if input_bytes > budget && strict {
             self.finish_pins(&ids);
             panic!(
@@ -204,11 +215,6 @@ impl DeviceEngine {
                  more than the device budget of {budget} bytes; raise the budget or turn strict mode off"
             );
         }
-        // The inputs to restore and the output are reserved before room is made, so that ops
-        // admitted on other threads meanwhile count them too (and this op counts theirs): two
-        // ops may both make room for both, never neither for the other.
-        let reserved = to_restore.saturating_add(estimate);
-        self.reserved_for_ops.fetch_add(reserved, Ordering::Relaxed);
         if self.device_committed() > budget {
             // The op's inputs are pinned: the pass may take any other tensor.
             self.ledger
@@ -237,12 +243,12 @@ impl DeviceEngine {
     /// The outputs are taken by value: a new one's weak handle moves into the index (a clone
     /// would be one more atomic read-modify-write per output).
     pub fn end_op(&self, ticket: OpTicket, outputs: impl IntoIterator<Item = OpOutput>) {
-        self.release_reservation(&ticket);
         let tick = ticket.tick;
         let (mut output_bytes, mut evictable_output_bytes) = (0u64, 0u64);
         let mut counted = smallvec::SmallVec::<[TensorId; 2]>::new();
         {
             let mut index = lock(&self.index);
+            self.release_reserved(&mut index, ticket.reserved);
             for id in &ticket.inputs {
                 index.unpin(*id);
             }
@@ -286,13 +292,29 @@ impl DeviceEngine {
 
     /// Ends an op that produced no tensor (a read, a metadata query).
     pub fn end_op_without_outputs(&self, ticket: OpTicket) {
-        self.release_reservation(&ticket);
-        self.finish_pins(&ticket.inputs);
+        let mut index = lock(&self.index);
+        self.release_reserved(&mut index, ticket.reserved);
+        for id in &ticket.inputs {
+            index.unpin(*id);
+        }
     }
 
-    fn release_reservation(&self, ticket: &OpTicket) {
+    /// Adds `bytes` to the bytes reserved by running ops. Every writer holds the index's lock
+    /// (`_locked`), so a load and a store do what a read-modify-write would, without its
+    /// atomic instruction; readers ([`device_committed`](Self::device_committed)) read it
+    /// without the lock.
+    fn add_reserved(&self, _locked: &mut Index, bytes: u64) {
+        let now = self.reserved_for_ops.load(Ordering::Relaxed);
+        self.reserved_for_ops.store(now + bytes, Ordering::Relaxed);
+    }
+
+    /// Gives back bytes [`add_reserved`](Self::add_reserved) reserved (same rule: the index's
+    /// lock is held).
+    fn release_reserved(&self, _locked: &mut Index, bytes: u64) {
+        let now = self.reserved_for_ops.load(Ordering::Relaxed);
+        debug_assert!(now >= bytes, "released {bytes} of {now} reserved bytes");
         self.reserved_for_ops
-            .fetch_sub(ticket.reserved, Ordering::Relaxed);
+            .store(now.saturating_sub(bytes), Ordering::Relaxed);
     }
 
     pub(super) fn finish_pins(&self, ids: &[TensorId]) {

@@ -240,7 +240,7 @@ impl DeviceEngine {
                 // Marked while a strong handle is held: its drop, later, sees the mark and
                 // leaves the index.
                 strong.mark_indexed();
-                let tick = self.tick.fetch_add(1, Ordering::Relaxed);
+                let tick = index.next_tick();
                 let victim = listed.victim.clone();
                 index.admit_output(listed.id, listed.bytes, tick, || victim, None);
             }

@@ -129,7 +129,6 @@ pub struct DeviceEngine {
     ledger: Ledger,
     limits: LimitsCell,
     tracking: AtomicBool,
-    tick: AtomicU64,
     index: Mutex<Index>,
     /// The spill file and any remote store, in the order writes try them.
     cold: Mutex<ColdTiers>,
@@ -158,6 +157,7 @@ pub struct DeviceEngine {
     /// Bytes reserved by admitted ops that have not ended yet (their inputs to restore and
     /// their estimated outputs): an op on another thread, admitted meanwhile, must count them,
     /// or both ops' bytes land on a device that had room for one.
+    /// Written only under the index's lock (see `add_reserved`).
     reserved_for_ops: AtomicU64,
     settle_queued: AtomicBool,
     /// Where the queued eviction job brings the device: set after every op that wants one.
@@ -380,8 +380,9 @@ impl DeviceEngine {
 
     /// Adds a newly created tensor to the index (only while tracking).
     pub fn register(&self, id: TensorId, bytes: u64, victim: Weak<dyn Spillable>) {
-        let tick = self.tick.fetch_add(1, Ordering::Relaxed);
-        lock(&self.index).admit_output(id, bytes, tick, || victim, None);
+        let mut index = lock(&self.index);
+        let tick = index.next_tick();
+        index.admit_output(id, bytes, tick, || victim, None);
     }
 
     /// Forgets a dropped tensor.

@@ -1,7 +1,6 @@
 //! Moving one tensor's slot between tiers (device, host, disk), with the ledger moved under the
 //! slot's lock, and accounting for a dropped one wherever it was.
 
-use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use crate::engine::cold::ColdRecord;
@@ -422,8 +421,8 @@ impl DeviceEngine {
 
     /// Marks a restored tensor as on the device and used now.
     pub fn restored(&self, id: TensorId) {
-        let tick = self.tick.fetch_add(1, Ordering::Relaxed);
         let mut index = lock(&self.index);
+        let tick = index.next_tick();
         index.arrived(id, tick);
     }
 

@@ -211,8 +211,10 @@ impl DeviceEngine {
             } => {
                 let arrived = victim.prefetch(self);
                 self.learn_transfer_ops(queued_at);
-                let tick = self.tick.fetch_add(1, Ordering::Relaxed);
-                lock(&self.index).end_flight(id, arrived, tick);
+                let mut index = lock(&self.index);
+                let tick = index.next_tick();
+                index.end_flight(id, arrived, tick);
+                drop(index);
                 self.inflight_in.fetch_sub(bytes, Ordering::Relaxed);
             }
             Job::Settle => {
