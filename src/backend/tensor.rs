@@ -6,7 +6,7 @@
 
 use std::fmt;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
-use std::sync::{Arc, MutexGuard, OnceLock, Weak};
+use std::sync::{Arc, OnceLock, Weak};
 
 use burn_backend::quantization::QuantScheme;
 use burn_backend::{Backend, DType, QTensorPrimitive, Shape, TensorData, TensorMetadata};
@@ -18,7 +18,7 @@ use super::layout::round_trips_exactly;
 use super::op_scope::OpScope;
 use super::recipe::Recipe;
 use crate::engine::{
-    DeviceEngine, HandOver, RebuildPlan, Residency, Slot, SlotInfo, Spillable, TensorId,
+    DeviceEngine, HandOver, RebuildPlan, Residency, Slot, SlotGuard, SlotInfo, Spillable, TensorId,
     TensorRole, Tier,
 };
 
@@ -146,13 +146,13 @@ pub(crate) struct Handle<B: Backend> {
 type State<B> = Residency<Primitive<B>, HostTensor>;
 
 impl<B: Backend> Handle<B> {
-    fn lock(&self) -> MutexGuard<'_, State<B>> {
+    fn lock(&self) -> SlotGuard<'_, Primitive<B>, HostTensor> {
         self.state.lock()
     }
 
     /// The lock an op reads the bytes under: it waits for a transfer in flight (stall time).
     #[inline]
-    fn lock_for_use(&self) -> MutexGuard<'_, State<B>> {
+    fn lock_for_use(&self) -> SlotGuard<'_, Primitive<B>, HostTensor> {
         let (guard, waited) = self.state.lock_settled();
         self.engine.stalled(waited);
         guard
@@ -274,17 +274,14 @@ impl<B: Backend> Handle<B> {
 
     /// The tier holding the bytes now, or `None` when they were dropped to be rebuilt.
     fn tier_unless_dropped(&self) -> Option<Tier> {
-        match &*self.lock() {
-            Residency::Dropped => None,
-            state => Some(state.tier().unwrap_or(Tier::Device)),
-        }
+        self.state.tier_unless_dropped()
     }
 
     /// The lock an op reads the bytes under, with them on the device: rebuilt first if they
     /// were dropped, restored if spilled. Returns whether they were restored (see
     /// [`after_restore`](Self::after_restore)).
     #[inline]
-    fn lock_resident(&self) -> (MutexGuard<'_, State<B>>, bool) {
+    fn lock_resident(&self) -> (SlotGuard<'_, Primitive<B>, HostTensor>, bool) {
         let mut state = self.lock_for_use();
         while matches!(*state, Residency::Dropped) {
             drop(state);

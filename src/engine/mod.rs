@@ -26,4 +26,4 @@ pub use index::{AliveInput, GhostPlan, RebuildInput, RebuildPlan, Spillable};
 pub use ledger::{LiveSummary, TensorRole};
 pub use queues::{DeviceQueues, ExclusiveLock, ExclusiveWork, PoolUsage};
 pub use registry::{DeviceKey, engine_ref};
-pub use slot::{Residency, Slot, SlotInfo, TensorId, Tier};
+pub use slot::{Residency, Slot, SlotGuard, SlotInfo, TensorId, Tier};
