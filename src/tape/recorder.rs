@@ -7,7 +7,7 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::hash::BuildHasherDefault;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 
 use crate::fast_hash::{FastHasher, mix};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -247,11 +247,11 @@ pub struct TapeCounters {
 
 /// How many of an unmarked stream's ops must have matched the recorded step, since its period
 /// was confirmed or last broke, before its ops may be counted instead of verified (see
-/// [`Recorder::count_op`]). A counted stream is cut every period ops and nothing checks what the
-/// ops are until memory binds or a step is recorded again, so a period confirmed on a
-/// repetition inside the real step (identical layers, the optimizer's update of same-shaped
-/// parameters) must first have been verified past any such run: the real step's other ops
-/// break it within one real step. Runs of identical layers or updates in the models measured
+/// [`Recorder::count_op`]). A counted stream is cut every period ops and only one op in
+/// [`CHECK_ONE_IN`] is checked, at a place that need not fall on the real step's other ops, so
+/// a period confirmed on a repetition inside the real step (identical layers, the optimizer's
+/// update of same-shaped parameters) must first have been verified past any such run: the real
+/// step's other ops break it within one real step. Runs of identical layers or updates in the models measured
 /// here are at most a few thousand ops (the GPT-125M's whole step is 5,364).
 pub const COUNT_AFTER_VERIFIED_OPS: u64 = 1 << 14;
 
@@ -565,7 +565,7 @@ pub struct Recorder {
     counted_period: AtomicU64,
     /// Counted ops of an unmarked stream since one was checked (see [`CHECK_ONE_IN`]); only
     /// the stepping thread reads and writes it.
-    counted_since_check: std::sync::atomic::AtomicU32,
+    counted_since_check: AtomicU32,
     /// The stepping thread's number (0 before one is known).
     main_thread: AtomicU64,
 }
@@ -613,7 +613,7 @@ impl Default for Recorder {
             signatures_only: AtomicBool::new(false),
             may_count_ops: AtomicBool::new(false),
             counted_period: AtomicU64::new(0),
-            counted_since_check: std::sync::atomic::AtomicU32::new(0),
+            counted_since_check: AtomicU32::new(0),
             main_thread: AtomicU64::new(0),
         }
     }
