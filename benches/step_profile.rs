@@ -25,7 +25,8 @@
 //! profile to subtract; above 100 never binds), the number of steps, then any
 //! of `unmarked` to train without step markers (the tape finds the steps itself) and `record`
 //! to record every step in full (by default the tape records one step in a hundred once
-//! steps repeat, and only checks the others): a profile of the recorder.
+//! steps repeat, and only checks the others): a profile of the recorder; `sync` runs the
+//! engine synchronously (every move on the op's thread, no transfer workers).
 
 #[path = "../examples/common/small_models.rs"]
 mod small_models;
@@ -116,8 +117,10 @@ fn run<M: Model<Spilled> + Preset>(
     steps: usize,
     unmarked: bool,
     record: bool,
+    synchronous: bool,
 ) {
     let resample = |config: SpillConfig| {
+        let config = config.asynchronous(!synchronous);
         if record {
             config.tape_resample_steps(1)
         } else {
@@ -250,8 +253,12 @@ fn main() {
     let flags = args.get(3..).unwrap_or_default();
     let unmarked = flags.iter().any(|a| a == "unmarked");
     let record = flags.iter().any(|a| a == "record");
-    if let Some(other) = flags.iter().find(|a| *a != "unmarked" && *a != "record") {
-        panic!("unknown flag `{other}`: `unmarked` or `record`");
+    let synchronous = flags.iter().any(|a| a == "sync");
+    if let Some(other) = flags
+        .iter()
+        .find(|a| !["unmarked", "record", "sync"].contains(&a.as_str()))
+    {
+        panic!("unknown flag `{other}`: `unmarked`, `record` or `sync`");
     }
     match model {
         "cnn" | "transformer" if plain => {
@@ -271,8 +278,8 @@ fn main() {
                 None => SpillConfig::default(),
             }),
         ),
-        "cnn" => run::<SmallCnn<Spilled>>(budget, steps, unmarked, record),
-        "transformer" => run::<TinyGpt<Spilled>>(budget, steps, unmarked, record),
+        "cnn" => run::<SmallCnn<Spilled>>(budget, steps, unmarked, record, synchronous),
+        "transformer" => run::<TinyGpt<Spilled>>(budget, steps, unmarked, record, synchronous),
         other => panic!("unknown model `{other}`: `cnn`, `transformer`, `add` or `batched`"),
     }
 }
