@@ -212,7 +212,9 @@ impl<D, H> Slot<D, H> {
         self.arrived.notify_all();
     }
 
-    /// The state, for a drop (no one else can hold the lock).
+    /// The state, for a drop (no one else can hold the lock). It bypasses the guard, so a
+    /// change made through it is not published to
+    /// [`tier_unless_dropped`](Self::tier_unless_dropped): only for a slot about to go.
     pub fn get_mut(&mut self) -> &mut Residency<D, H> {
         self.state.get_mut().unwrap_or_else(|e| e.into_inner())
     }

@@ -251,8 +251,8 @@ pub struct TapeCounters {
 /// [`CHECK_ONE_IN`] is checked, at a place that need not fall on the real step's other ops, so
 /// a period confirmed on a repetition inside the real step (identical layers, the optimizer's
 /// update of same-shaped parameters) must first have been verified past any such run: the real
-/// step's other ops break it within one real step. Runs of identical layers or updates in the models measured
-/// here are at most a few thousand ops (the GPT-125M's whole step is 5,364).
+/// step's other ops break it within one real step. Runs of identical layers or updates in the
+/// models measured here are at most a few thousand ops (the GPT-125M's whole step is 5,364).
 pub const COUNT_AFTER_VERIFIED_OPS: u64 = 1 << 14;
 
 /// While an unmarked stream's ops are counted, one in this many is verified all the same. Its
@@ -812,10 +812,9 @@ impl Recorder {
     /// only, and an unmarked stream is cut every period ops with one op in [`CHECK_ONE_IN`]
     /// verified. An op that changed goes unseen until an op is verified again (the first
     /// verified op that differs is the divergence) or the next step recorded in full differs.
-    /// Only for an op that
-    /// [`may_count_op`](Self::may_count_op) allowed as it started, on its thread. Returns
-    /// `false` when the op was recorded after all (the recorder left verification since the op
-    /// started), by its name.
+    /// Only for an op that [`may_count_op`](Self::may_count_op) allowed as it started, on its
+    /// thread. Returns `false` when the op was recorded after all (the recorder left
+    /// verification since the op started), by its name.
     pub(crate) fn count_op(&self, name: &'static str) -> bool {
         const OPS: u64 = (1 << POSITION_BITS) - 1;
         // The thread was checked as the op started; the mode may have changed since, so it is
