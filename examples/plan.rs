@@ -31,7 +31,7 @@ mod usage;
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
 
-use burn_spill::plan::{self, DryRun, SWEEP_FRACTIONS};
+use burn_spill::plan::{self, DryRun, SWEEP_FRACTIONS, StateResidency};
 use burn_spill::policy::recompute::RebuildRoom;
 use burn_spill::tape::StepTape;
 use burn_spill::{DeviceBudget, PolicyKind, Preset, RecomputeMode, SpillConfig, parse_bytes};
@@ -109,6 +109,13 @@ struct Cli {
     /// Predict the synchronous engine (moves between ops, on the op's thread).
     #[arg(long)]
     sync: bool,
+
+    /// Keep the step's state on the device, inside the budget: the tensors from before it
+    /// (parameters, optimizer state, the batch) and those it leaves alive. DTR's simulator
+    /// accounts this way; the engine itself moves state like any tensor. Not with
+    /// `--max-batch`.
+    #[arg(long)]
+    pin_state: bool,
 
     /// Where `--sweep` writes its SVG (default: next to the tape, `.plan.svg`).
     #[arg(long)]
@@ -262,7 +269,17 @@ fn main() {
     let config = config(&cli);
     let tape = read_tape(&cli.tape);
 
+    let state = if cli.pin_state {
+        StateResidency::Pinned
+    } else {
+        StateResidency::Movable
+    };
     if cli.max_batch {
+        if cli.pin_state {
+            exit_usage(
+                "--pin-state predicts one tape; --max-batch moves the state as the engine does",
+            );
+        }
         let (Some(larger), Some((small, large))) = (&cli.larger, cli.batches) else {
             exit_usage(
                 "--max-batch needs two tapes (the step at two batch sizes) and --batches SMALL,LARGE",
@@ -316,7 +333,9 @@ fn main() {
             .fractions
             .as_ref()
             .map_or(SWEEP_FRACTIONS.to_vec(), |f| f.0.clone());
-        or_exit(plan::sweep(&tape, &profile, &config, &fractions))
+        or_exit(plan::sweep_with_state(
+            &tape, &profile, &config, &fractions, state,
+        ))
     } else {
         let config = match budget(&cli.budget) {
             Budget::Unlimited => config.device_budget(DeviceBudget::Unlimited),
@@ -326,7 +345,9 @@ fn main() {
                 config.device_budget_bytes((peak as f64 * f) as u64)
             }
         };
-        vec![or_exit(plan::dry_run(&tape, &profile, &config))]
+        vec![or_exit(plan::dry_run_with_state(
+            &tape, &profile, &config, state,
+        ))]
     };
     print!("{}", plan_report::table(&runs));
     if let [run] = runs.as_slice()

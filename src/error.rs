@@ -142,6 +142,25 @@ pub enum SpillError {
         needed: u64,
     },
 
+    /// A dry run with the step's state kept on the device
+    /// ([`StateResidency::Pinned`](crate::plan::StateResidency::Pinned)) was asked for with a
+    /// budget below what some op needs beside that state.
+    #[error(
+        "burn-spill: a device budget of {budget} bytes is below what op {op} (`{name}`) needs with the step's state kept on the device ({state} bytes of state alive then, {needed} bytes with its own inputs and outputs); plan with a budget of at least {needed} bytes, or let the state move"
+    )]
+    PlanStateBudget {
+        /// The budget asked for.
+        budget: u64,
+        /// The op's index on the tape.
+        op: usize,
+        /// The op's name.
+        name: String,
+        /// Bytes of state alive as it runs.
+        state: u64,
+        /// That state and the op's own other inputs and outputs.
+        needed: u64,
+    },
+
     /// A batch search was given tapes it cannot compare.
     #[error("burn-spill: batch search: {reason}")]
     BatchSearch {

@@ -8,6 +8,8 @@
 //!   own decisions (victims, prefetches, headroom) choose what moves.
 //! - [`sweep`] over budgets, and [`max_batch`]: the largest batch whose predicted overhead stays
 //!   under a limit, from steps recorded at two batch sizes.
+//! - [`dry_run_with_state`] and [`sweep_with_state`]: the same with the step's state kept on
+//!   the device inside the budget ([`StateResidency::Pinned`]), as DTR's simulator counts it.
 //!
 //! ```no_run
 //! use burn_spill::plan::{DeviceProfile, dry_run};
@@ -27,11 +29,13 @@ mod phases;
 mod profile;
 mod search;
 mod simulate;
+mod state;
 
 pub use phases::{Phase, PhaseFigures, phase_ops, phases};
 pub use profile::{BUILTIN_PROFILES, DeviceProfile, MatrixTflops, OpTimes};
 pub use search::{BatchSearch, max_batch, median_tape, scale_tape};
 pub use simulate::{Simulated, Traffic};
+pub use state::StateResidency;
 
 use serde::Serialize;
 
@@ -115,6 +119,22 @@ pub fn dry_run(
     profile: &DeviceProfile,
     config: &SpillConfig,
 ) -> Result<DryRun, SpillError> {
+    dry_run_with_state(tape, profile, config, StateResidency::Movable)
+}
+
+/// [`dry_run`], with the step's state moving as the engine moves it
+/// ([`StateResidency::Movable`]) or kept on the device inside the budget, as DTR's simulator
+/// keeps its constants ([`StateResidency::Pinned`]).
+///
+/// # Errors
+/// As [`dry_run`]; with the state pinned, [`SpillError::PlanStateBudget`] when the budget is
+/// below what some op needs beside the state alive as it runs.
+pub fn dry_run_with_state(
+    tape: &StepTape,
+    profile: &DeviceProfile,
+    config: &SpillConfig,
+    state: StateResidency,
+) -> Result<DryRun, SpillError> {
     let budget = budget_of(config, profile);
     // The largest op names the least budget that fits every op.
     if let Some((op, needed)) = own_bytes(tape).max_by_key(|&(i, b)| (b, std::cmp::Reverse(i)))
@@ -127,7 +147,19 @@ pub fn dry_run(
             needed,
         });
     }
-    dry_run_over_budget(tape, profile, config)
+    if state == StateResidency::Pinned
+        && let Some((op, state_bytes, needed)) = state::pinned_floor(tape)
+        && needed > budget
+    {
+        return Err(SpillError::PlanStateBudget {
+            budget,
+            op,
+            name: tape.ops[op].name.clone(),
+            state: state_bytes,
+            needed,
+        });
+    }
+    run(tape, profile, config, state)
 }
 
 /// [`dry_run`], also under a budget below what the largest op needs: such ops run over it, as
@@ -140,6 +172,16 @@ pub fn dry_run_over_budget(
     tape: &StepTape,
     profile: &DeviceProfile,
     config: &SpillConfig,
+) -> Result<DryRun, SpillError> {
+    run(tape, profile, config, StateResidency::Movable)
+}
+
+/// The dry run itself, whatever the budget.
+fn run(
+    tape: &StepTape,
+    profile: &DeviceProfile,
+    config: &SpillConfig,
+    state: StateResidency,
 ) -> Result<DryRun, SpillError> {
     config.validate()?;
     let budget = budget_of(config, profile);
@@ -157,6 +199,7 @@ pub fn dry_run_over_budget(
             .unwrap_or(crate::policy::recompute::RebuildRoom::AtSettle),
         // As the engine on a backend that runs each op alone (Flex, or CubeCL without fusion).
         keeps_lineage: true,
+        state,
     };
     let unlimited = simulate(
         tape,
@@ -219,23 +262,42 @@ pub fn sweep(
     config: &SpillConfig,
     fractions: &[f64],
 ) -> Result<Vec<DryRun>, SpillError> {
+    sweep_with_state(tape, profile, config, fractions, StateResidency::Movable)
+}
+
+/// [`sweep`] with the state moving or pinned (see [`dry_run_with_state`]). With the state
+/// pinned, fractions below what an op needs beside it are skipped too.
+///
+/// # Errors
+/// As [`sweep`].
+pub fn sweep_with_state(
+    tape: &StepTape,
+    profile: &DeviceProfile,
+    config: &SpillConfig,
+    fractions: &[f64],
+    state: StateResidency,
+) -> Result<Vec<DryRun>, SpillError> {
     let peak = dry_run(
         tape,
         profile,
         &config.clone().device_budget(DeviceBudget::Unlimited),
     )?
     .unlimited_peak;
-    let floor = min_budget(tape);
+    let floor = match state {
+        StateResidency::Movable => min_budget(tape),
+        StateResidency::Pinned => state::pinned_floor(tape).map_or(0, |(_, _, needed)| needed),
+    };
     let mut runs = Vec::new();
     for &f in fractions {
         let budget = (peak as f64 * f) as u64;
         if budget < floor {
             continue;
         }
-        runs.push(dry_run(
+        runs.push(dry_run_with_state(
             tape,
             profile,
             &config.clone().device_budget_bytes(budget),
+            state,
         )?);
     }
     Ok(runs)

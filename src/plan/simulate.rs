@@ -50,6 +50,7 @@ use crate::tape::StepTape;
 
 use super::carry;
 use super::profile::DeviceProfile;
+use super::state::{self, StateResidency};
 
 /// What the simulated engine is configured with (resolved from a `SpillConfig`).
 #[derive(Debug, Clone, Copy)]
@@ -65,6 +66,8 @@ pub(crate) struct Settings {
     /// Whether recipes keep their inputs' recipes, so that rebuilds may recompute ghosts (not
     /// on a backend that fuses ops: see `backend/recipe.rs`).
     pub keeps_lineage: bool,
+    /// Whether the step's state may leave the device.
+    pub state: StateResidency,
 }
 
 /// Bytes moved in each direction.
@@ -234,6 +237,9 @@ struct Sim<'a> {
     drop_leaves: HashMap<TensorId, smallvec::SmallVec<[TensorId; 4]>>,
     /// Per dropped tensor: how many dropped tensors its recipe depended on when dropped.
     drop_depth: HashMap<TensorId, u32>,
+    /// Tensors that never leave the device ([`StateResidency::Pinned`]'s state; empty
+    /// otherwise).
+    kept: HashSet<TensorId>,
     /// How busy the link would be if every victim were moved, as the engine's step check
     /// finds it (what the drop decision weighs a move's link time by).
     link_utilization: f64,
@@ -424,6 +430,10 @@ impl<'a> Sim<'a> {
             drop_depth: HashMap::default(),
             lineage: HashSet::default(),
             drop_leaves: HashMap::default(),
+            kept: match settings.state {
+                StateResidency::Movable => HashSet::default(),
+                StateResidency::Pinned => state::state_tensors(tape),
+            },
             link_utilization: 0.0,
             mean_op_seconds: op_seconds.iter().sum::<f64>() / op_seconds.len().max(1) as f64,
             out: Simulated::default(),
@@ -543,7 +553,7 @@ impl<'a> Sim<'a> {
             self.settings.budget
         };
         for (_, id, bytes) in sources {
-            if self.device + bytes <= room {
+            if self.device + bytes <= room || self.kept.contains(&id) {
                 self.device += bytes;
                 self.place.insert(id, Place::Device);
             } else if self.host_has_room(bytes) {
@@ -787,7 +797,9 @@ impl<'a> Sim<'a> {
         let mut ids: Vec<TensorId> = self
             .place
             .iter()
-            .filter(|(id, p)| **p == Place::Device && !pinned.contains(id))
+            .filter(|(id, p)| {
+                **p == Place::Device && !pinned.contains(id) && !self.kept.contains(id)
+            })
             .map(|(id, _)| *id)
             .collect();
         ids.sort_unstable();
@@ -1420,6 +1432,7 @@ mod tests {
                 recompute,
                 rebuild_room: RebuildRoom::AtSettle,
                 keeps_lineage: true,
+                state: StateResidency::Movable,
             };
             Sim::new(
                 &self.tape,
@@ -1486,6 +1499,7 @@ mod tests {
                 recompute: RecomputeMode::Recompute,
                 rebuild_room,
                 keeps_lineage: true,
+                state: StateResidency::Movable,
             };
             let learnt = Learnt::default();
             let mut sim = Sim::new(&t, &profile, &plan, &op_seconds, &gaps, settings, learnt);
@@ -1641,6 +1655,7 @@ mod tests {
                 recompute,
                 rebuild_room: RebuildRoom::AtSettle,
                 keeps_lineage: true,
+                state: StateResidency::Movable,
             };
             let mut sim = Sim::new(
                 &t,
@@ -1717,6 +1732,7 @@ mod tests {
             recompute: RecomputeMode::Swap,
             rebuild_room: RebuildRoom::AtSettle,
             keeps_lineage: true,
+            state: StateResidency::Movable,
         };
         let learnt = Learnt::default();
         let mut sim = Sim::new(&t, &profile, &plan, &op_seconds, &gaps, settings, learnt);

@@ -673,3 +673,100 @@ fn both_runs_the_behaviour_its_dry_run_predicts_fastest() {
         "nothing to choose without a budget"
     );
 }
+
+/// A 3 MiB weight `w` (1) read first and last, beside 8 MiB activations and one of 16 MiB
+/// (5): 3 is read at ops 1 and 6 and stays alive between, where 4 to 8 come and go; the last
+/// op makes the weight's 3 MiB update (9), which survives the step. The peak is 35 MiB (ops 2
+/// and 3), the largest op alone needs 24 MiB (op 2: 4 and 5), and with the state (1 and 9)
+/// kept on the device, 27 MiB (op 2 beside w).
+fn weight_beside_activations() -> StepTape {
+    tape(
+        &[
+            ("float_exp", &[1], &[3]),
+            ("float_exp", &[3], &[4]),
+            ("float_exp", &[4], &[5]),
+            ("float_exp", &[5], &[6]),
+            ("float_exp", &[6], &[7]),
+            ("float_exp", &[7], &[8]),
+            ("float_add", &[8, 3, 1], &[9]),
+        ],
+        &[
+            (1, 3 * MIB),
+            (3, 8 * MIB),
+            (4, 8 * MIB),
+            (5, 16 * MIB),
+            (6, 8 * MIB),
+            (7, 8 * MIB),
+            (8, 8 * MIB),
+            (9, 3 * MIB),
+        ],
+        &[(4, 3), (5, 4), (6, 5), (7, 6), (3, 7), (8, 7), (1, 7)],
+    )
+}
+
+#[test]
+fn pinned_state_stays_on_the_device_and_activations_move_instead() {
+    let t = weight_beside_activations();
+    let p = slow_device();
+    assert_eq!(min_budget(&t), 24 * MIB);
+    assert_eq!(state::pinned_floor(&t), Some((2, 3 * MIB, 27 * MIB)));
+    let unlimited = dry_run(&t, &p, &SpillConfig::default()).unwrap();
+    assert_eq!(unlimited.unlimited_peak, 35 * MIB);
+    for policy in [PolicyKind::NextUse, PolicyKind::Lru, PolicyKind::CostAware] {
+        let config = SpillConfig::transformer()
+            .device_budget_bytes(27 * MIB)
+            .policy(policy);
+        let run = dry_run_with_state(&t, &p, &config, StateResidency::Pinned).unwrap();
+        let sim = &run.simulated;
+        assert_eq!(sim.over_budget_ops, 0, "{policy:?}: {sim:?}");
+        assert!(sim.device_peak <= 27 * MIB, "{policy:?}: {sim:?}");
+        // Only activations (8 and 16 MiB) moved: the 3 MiB weight and its update never did.
+        let traffic = sim.traffic;
+        assert!(traffic.device_to_host > 0, "{policy:?}: {sim:?}");
+        for bytes in [
+            traffic.device_to_host,
+            traffic.device_to_disk,
+            traffic.host_to_device,
+            traffic.disk_to_device,
+        ] {
+            assert_eq!(bytes % (8 * MIB), 0, "{policy:?}: {sim:?}");
+        }
+    }
+    // Moving the state as the engine does, the weight leaves too: it is tied with 3 on its
+    // next use, and used less recently.
+    let moved = dry_run(&t, &p, &config(27 * MIB)).unwrap().simulated;
+    assert_ne!(moved.traffic.device_to_host % (8 * MIB), 0, "{moved:?}");
+}
+
+#[test]
+fn a_budget_below_the_pinned_state_and_an_op_is_refused_with_both_figures() {
+    let t = weight_beside_activations();
+    let p = slow_device();
+    // 26 MiB fits every op when the state may move, not op 2 beside the weight.
+    dry_run(&t, &p, &config(26 * MIB)).unwrap();
+    let err = dry_run_with_state(&t, &p, &config(26 * MIB), StateResidency::Pinned).unwrap_err();
+    assert!(
+        matches!(
+            err,
+            SpillError::PlanStateBudget {
+                op: 2,
+                state,
+                needed,
+                ..
+            } if state == 3 * MIB && needed == 27 * MIB
+        ),
+        "{err:?}"
+    );
+    let text = err.to_string();
+    assert!(
+        text.contains("float_exp") && text.contains(&(27 * MIB).to_string()),
+        "{text}"
+    );
+    // A sweep leaves out the fractions below that floor: 75% and 70% of 35 MiB (26.25 and
+    // 24.5 MiB) fit every op alone, not beside the state.
+    let fractions = [1.0, 0.9, 0.8, 0.75, 0.7];
+    let pinned = sweep_with_state(&t, &p, &config(0), &fractions, StateResidency::Pinned).unwrap();
+    assert_eq!(pinned.len(), 3, "{pinned:?}");
+    assert!(pinned.iter().all(|r| r.budget >= 27 * MIB));
+    assert_eq!(sweep(&t, &p, &config(0), &fractions).unwrap().len(), 5);
+}

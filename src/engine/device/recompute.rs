@@ -194,6 +194,7 @@ impl DeviceEngine {
             recompute: RecomputeMode::Both,
             rebuild_room: RebuildRoom::AtSettle,
             keeps_lineage: !self.queues().fuses_ops(),
+            state: plan::StateResidency::Movable,
         };
         let cell = self.behaviour.clone();
         let mut choosing = lock(&cell.choosing);
