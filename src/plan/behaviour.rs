@@ -6,6 +6,7 @@ use crate::tape::StepTape;
 
 use super::profile::DeviceProfile;
 use super::simulate::{Settings, Simulated, simulate};
+use super::state;
 
 /// The behaviour chosen, its simulated step, and every behaviour's predicted step seconds.
 #[derive(Debug, Clone)]
@@ -16,7 +17,8 @@ pub(crate) struct Chosen {
 }
 
 /// Simulates `tape` under `settings` with each of [`BEHAVIOURS`] the config allows (where it
-/// sets room for rebuilds to be made: `configured_room`) and picks the fastest (what
+/// sets room for rebuilds to be made: `configured_room`) and the budget leaves room for (those
+/// keeping the state on the device need it to fit beside every op) and picks the fastest (what
 /// `settings.recompute` and `settings.rebuild_room` say is ignored: `both` is the mode that
 /// chooses).
 pub(crate) fn choose(
@@ -27,13 +29,20 @@ pub(crate) fn choose(
     settings: Settings,
     configured_room: Option<RebuildRoom>,
 ) -> Chosen {
+    // Keeping the state on the device cannot pay where the budget is below what an op needs
+    // beside it (the activations get no room: none of the steps swept was faster that way
+    // there), so those dry runs, the slower half, are skipped.
+    let state_fits =
+        state::pinned_floor(tape).is_none_or(|(_, _, needed)| needed <= settings.budget);
     let mut runs: Vec<(Behaviour, Simulated)> = BEHAVIOURS
         .iter()
         .filter(|behaviour| behaviour.allowed_by(configured_room))
+        .filter(|behaviour| state_fits || !behaviour.keeps_state)
         .map(|&behaviour| {
             let settings = Settings {
                 recompute: behaviour.victims,
                 rebuild_room: behaviour.rebuild_room,
+                keeps_state: behaviour.keeps_state,
                 ..settings
             };
             (

@@ -200,6 +200,7 @@ fn run(
         // As the engine on a backend that runs each op alone (Flex, or CubeCL without fusion).
         keeps_lineage: true,
         state,
+        keeps_state: false,
     };
     let unlimited = simulate(
         tape,

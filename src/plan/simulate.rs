@@ -66,8 +66,11 @@ pub(crate) struct Settings {
     /// Whether recipes keep their inputs' recipes, so that rebuilds may recompute ghosts (not
     /// on a backend that fuses ops: see `backend/recipe.rs`).
     pub keeps_lineage: bool,
-    /// Whether the step's state may leave the device.
+    /// Whether the step's state may leave the device (the accounting: DTR's keeps it there).
     pub state: StateResidency,
+    /// Whether the state leaves only when other victims fall short (a behaviour `both` may
+    /// choose: [`Behaviour::keeps_state`](crate::policy::recompute::Behaviour::keeps_state)).
+    pub keeps_state: bool,
 }
 
 /// Bytes moved in each direction.
@@ -239,7 +242,7 @@ struct Sim<'a> {
     drop_depth: HashMap<TensorId, u32>,
     /// Tensors that never leave the device ([`StateResidency::Pinned`]'s state; empty
     /// otherwise).
-    kept: HashSet<TensorId>,
+    pinned_state: HashSet<TensorId>,
     /// How busy the link would be if every victim were moved, as the engine's step check
     /// finds it (what the drop decision weighs a move's link time by).
     link_utilization: f64,
@@ -430,7 +433,7 @@ impl<'a> Sim<'a> {
             drop_depth: HashMap::default(),
             lineage: HashSet::default(),
             drop_leaves: HashMap::default(),
-            kept: match settings.state {
+            pinned_state: match settings.state {
                 StateResidency::Movable => HashSet::default(),
                 StateResidency::Pinned => state::state_tensors(tape),
             },
@@ -553,7 +556,7 @@ impl<'a> Sim<'a> {
             self.settings.budget
         };
         for (_, id, bytes) in sources {
-            if self.device + bytes <= room || self.kept.contains(&id) {
+            if self.device + bytes <= room || self.pinned_state.contains(&id) {
                 self.device += bytes;
                 self.place.insert(id, Place::Device);
             } else if self.host_has_room(bytes) {
@@ -793,12 +796,12 @@ impl<'a> Sim<'a> {
         waited_for: bool,
     ) -> Vec<TensorId> {
         let window = self.settings.prefetch_window.min(self.plan.len());
-        let (mut later, mut soon) = (Vec::new(), Vec::new());
+        let mut classes = victim::Classes::default();
         let mut ids: Vec<TensorId> = self
             .place
             .iter()
             .filter(|(id, p)| {
-                **p == Place::Device && !pinned.contains(id) && !self.kept.contains(id)
+                **p == Place::Device && !pinned.contains(id) && !self.pinned_state.contains(id)
             })
             .map(|(id, _)| *id)
             .collect();
@@ -823,13 +826,18 @@ impl<'a> Sim<'a> {
                 next_use,
                 rebuild: None,
             };
-            if victim::needed_soon(self.prefetched.contains(&id), next_use, window, || {
+            if self.settings.keeps_state
+                && self.planning()
+                && self.keys.get(&id).is_some_and(|k| self.plan.is_state(*k))
+            {
+                classes.kept.push(candidate);
+            } else if victim::needed_soon(self.prefetched.contains(&id), next_use, window, || {
                 self.lead(id)
             }) {
-                soon.push(candidate);
+                classes.soon.push(candidate);
             } else {
                 candidate.rebuild = self.rebuild_cost(id, now, waited_for);
-                later.push(candidate);
+                classes.later.push(candidate);
             }
         }
         let bandwidth = Bandwidth {
@@ -841,10 +849,9 @@ impl<'a> Sim<'a> {
             self.settings.policy,
             plan_len,
             bandwidth,
-            &later,
-            &soon,
+            &classes,
             want,
-            takes.takes_soon(),
+            takes,
         )
     }
 
@@ -1433,6 +1440,7 @@ mod tests {
                 rebuild_room: RebuildRoom::AtSettle,
                 keeps_lineage: true,
                 state: StateResidency::Movable,
+                keeps_state: false,
             };
             Sim::new(
                 &self.tape,
@@ -1500,6 +1508,7 @@ mod tests {
                 rebuild_room,
                 keeps_lineage: true,
                 state: StateResidency::Movable,
+                keeps_state: false,
             };
             let learnt = Learnt::default();
             let mut sim = Sim::new(&t, &profile, &plan, &op_seconds, &gaps, settings, learnt);
@@ -1656,6 +1665,7 @@ mod tests {
                 rebuild_room: RebuildRoom::AtSettle,
                 keeps_lineage: true,
                 state: StateResidency::Movable,
+                keeps_state: false,
             };
             let mut sim = Sim::new(
                 &t,
@@ -1733,6 +1743,7 @@ mod tests {
             rebuild_room: RebuildRoom::AtSettle,
             keeps_lineage: true,
             state: StateResidency::Movable,
+            keeps_state: false,
         };
         let learnt = Learnt::default();
         let mut sim = Sim::new(&t, &profile, &plan, &op_seconds, &gaps, settings, learnt);

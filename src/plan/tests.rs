@@ -770,3 +770,39 @@ fn a_budget_below_the_pinned_state_and_an_op_is_refused_with_both_figures() {
     assert!(pinned.iter().all(|r| r.budget >= 27 * MIB));
     assert_eq!(sweep(&t, &p, &config(0), &fractions).unwrap().len(), 5);
 }
+
+/// `both`'s behaviours that keep the state on the device move activations first: on
+/// [`weight_beside_activations`] at 27 MiB only they move; below what op 2 needs beside the
+/// weight, the weight leaves too rather than the op running over the budget.
+#[test]
+fn a_behaviour_keeping_the_state_moves_it_only_when_activations_fall_short() {
+    let t = weight_beside_activations();
+    let p = slow_device();
+    let op_seconds = cost::op_seconds(&t, &p);
+    let gaps = cost::host_gaps(&t, &p);
+    let run = |budget: u64, keeps_state: bool| {
+        let settings = Settings {
+            budget,
+            host_limit: None,
+            policy: PolicyKind::NextUse,
+            prefetch_window: 4,
+            asynchronous: true,
+            recompute: RecomputeMode::Swap,
+            rebuild_room: crate::policy::recompute::RebuildRoom::AtSettle,
+            keeps_lineage: true,
+            state: StateResidency::Movable,
+            keeps_state,
+        };
+        simulate(&t, &p, &op_seconds, &gaps, settings)
+    };
+    let kept = run(27 * MIB, true);
+    assert!(kept.traffic.device_to_host > 0, "{kept:?}");
+    assert_eq!(kept.traffic.device_to_host % (8 * MIB), 0, "{kept:?}");
+    assert_eq!(kept.traffic.host_to_device % (8 * MIB), 0, "{kept:?}");
+    let moved = run(27 * MIB, false);
+    assert_ne!(moved.traffic.device_to_host % (8 * MIB), 0, "{moved:?}");
+    let short = run(25 * MIB, true);
+    assert_eq!(short.over_budget_ops, 0, "{short:?}");
+    assert!(short.device_peak <= 25 * MIB, "{short:?}");
+    assert_ne!(short.traffic.device_to_host % (8 * MIB), 0, "{short:?}");
+}

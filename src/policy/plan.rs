@@ -366,6 +366,13 @@ impl UsePlan {
         self.recorded_peak
     }
 
+    /// Whether `key` names the step's state: a tensor from before the step (a parameter, an
+    /// optimizer's state, the batch) or one the step hands to the next (their updates). What a
+    /// behaviour that keeps the state on the device moves last.
+    pub fn is_state(&self, key: PlanKey) -> bool {
+        matches!(key, PlanKey::Input { .. }) || self.carried.contains_key(&key)
+    }
+
     /// What the tensors a step hands to the next are called there.
     #[cfg(test)]
     pub(crate) fn carried(&self) -> &FastMap<PlanKey, PlanKey> {

@@ -50,7 +50,9 @@ pub enum RecomputeMode {
     /// Each plan's steps run the way a dry run of the recorded step predicts fastest (see
     /// [`fastest_behaviour`]): as `swap`, as `recompute`, or weighing each victim, whichever
     /// costs the ops less time: the link time of moving its bytes out and back that they wait
-    /// for (see [`move_exposures`]), or rebuilding it. The dry run runs on the
+    /// for (see [`move_exposures`]), or rebuilding it; each either moving the step's state
+    /// like any tensor or keeping it on the device while other victims suffice
+    /// ([`Behaviour::keeps_state`]). The dry run runs on the
     /// [`rebuild_profile`](crate::SpillConfig::rebuild_profile) (by default this machine as
     /// measured on a synchronous backend), once per plan; the choice is in
     /// [`RecomputeStats::behaviour`](crate::RecomputeStats::behaviour).
@@ -393,6 +395,14 @@ pub struct Behaviour {
     pub victims: RecomputeMode,
     /// Where room for the dropped tensors' rebuilds is made ahead of their ops.
     pub rebuild_room: RebuildRoom,
+    /// Whether the step's state (parameters, an optimizer's state, the batch, and their
+    /// updates: [`UsePlan::is_state`](super::plan::UsePlan::is_state)) leaves the device only
+    /// when the other victims fall short. The state's next use is far (an optimizer reads it
+    /// at the step's end), so a policy ranks it first; brought back all at once for the
+    /// optimizer's short ops, it can cost more stall than moving activations the backward's
+    /// compute hides.
+    #[serde(default)]
+    pub keeps_state: bool,
 }
 
 /// Where the engine makes room ahead for the rebuilds of dropped tensors. A rebuild's bytes
@@ -455,11 +465,21 @@ impl Behaviour {
         configured.is_none_or(|room| room == self.rebuild_room || !self.victims.may_drop())
     }
 
-    /// `victims`, with room for rebuilds made where `rebuild_room` says.
+    /// `victims`, with room for rebuilds made where `rebuild_room` says, the state moving as
+    /// any tensor.
     pub const fn new(victims: RecomputeMode, rebuild_room: RebuildRoom) -> Self {
         Behaviour {
             victims,
             rebuild_room,
+            keeps_state: false,
+        }
+    }
+
+    /// This behaviour, keeping the step's state on the device while other victims suffice.
+    pub const fn keeping_state(self) -> Self {
+        Behaviour {
+            keeps_state: true,
+            ..self
         }
     }
 }
@@ -478,6 +498,9 @@ impl fmt::Display for Behaviour {
                 RebuildRoom::InPrefetchWalk => ", rebuilds in the prefetch walk",
             })?;
         }
+        if self.keeps_state {
+            f.write_str(", keeping the state on the device")?;
+        }
         Ok(())
     }
 }
@@ -486,8 +509,9 @@ impl fmt::Display for Behaviour {
 /// weighing each victim's move against its rebuild first, then moving every victim, then
 /// dropping every victim the memory rule allows; each dropping one with room for rebuilds made
 /// by the settle only, beside prefetches, or in the prefetch walk (moving every victim
-/// rebuilds nothing, so where room for rebuilds is made changes nothing).
-pub const BEHAVIOURS: [Behaviour; 7] = [
+/// rebuilds nothing, so where room for rebuilds is made changes nothing); then each of those
+/// seven keeping the step's state on the device while other victims suffice.
+pub const BEHAVIOURS: [Behaviour; 14] = [
     Behaviour::new(RecomputeMode::Both, RebuildRoom::AtSettle),
     Behaviour::new(RecomputeMode::Both, RebuildRoom::BesidePrefetches),
     Behaviour::new(RecomputeMode::Both, RebuildRoom::InPrefetchWalk),
@@ -495,6 +519,13 @@ pub const BEHAVIOURS: [Behaviour; 7] = [
     Behaviour::new(RecomputeMode::Recompute, RebuildRoom::AtSettle),
     Behaviour::new(RecomputeMode::Recompute, RebuildRoom::BesidePrefetches),
     Behaviour::new(RecomputeMode::Recompute, RebuildRoom::InPrefetchWalk),
+    Behaviour::new(RecomputeMode::Both, RebuildRoom::AtSettle).keeping_state(),
+    Behaviour::new(RecomputeMode::Both, RebuildRoom::BesidePrefetches).keeping_state(),
+    Behaviour::new(RecomputeMode::Both, RebuildRoom::InPrefetchWalk).keeping_state(),
+    Behaviour::new(RecomputeMode::Swap, RebuildRoom::AtSettle).keeping_state(),
+    Behaviour::new(RecomputeMode::Recompute, RebuildRoom::AtSettle).keeping_state(),
+    Behaviour::new(RecomputeMode::Recompute, RebuildRoom::BesidePrefetches).keeping_state(),
+    Behaviour::new(RecomputeMode::Recompute, RebuildRoom::InPrefetchWalk).keeping_state(),
 ];
 
 /// Which of [`BEHAVIOURS`] `both` runs the steps of a plan with, from the step time a dry run
@@ -520,6 +551,20 @@ pub const BEHAVIOURS: [Behaviour; 7] = [
 /// | drops every victim it may | +108.9, +190.0, +226.1% | +10.1, +16.8, +23.0% |
 /// | the same, room beside prefetches | +106.8, +184.8, +255.4% | +10.1, +15.1, +67.6% |
 /// | the same, rebuilds in the prefetch walk | +106.8, +211.5, +258.0% | +10.1, +13.1, +19.8% |
+///
+/// Keeping the state on the device is a choice of its own: it pays when the budget leaves
+/// the activations room beside the state, which at 25-50% of these batch-2 steps it does not
+/// (the GPT's Adam state is 63% of its peak). `both`'s best, moving the state / with the
+/// behaviours that keep it (2026-12-06; `h200-pcie5`, cost_aware, window 512, at 80, 70, 60
+/// and 50% of the peak; `docs/planner.md`):
+///
+/// | step | moving the state | keeping it too |
+/// | --- | --- | --- |
+/// | GPT, batch 2 | +37.4, +34.8, +70.8, +84.7% | +30.5, +34.8, +70.8, +84.7% |
+/// | GPT, batch 8 | +32.0, +29.4, +42.2, +55.9% | +12.5, +20.7, +27.7, +55.9% |
+/// | GPT, batch 16 | +21.0, +21.0, +36.4, +48.5% | +10.0, +16.5, +27.2, +35.0% |
+/// | ResNet-50, batch 2 | +2.4, +4.6, +9.2, +3.5% | +0.7, +1.6, +3.4, +3.5% |
+/// | ResNet-50, batch 16 | +17.5, +1.8, +7.7, +16.9% | +15.6, +1.8, +7.7, +16.9% |
 pub fn fastest_behaviour(predicted: &[(Behaviour, f64)]) -> Option<Behaviour> {
     let mut fastest: Option<(Behaviour, f64)> = None;
     for &behaviour in &BEHAVIOURS {
@@ -828,6 +873,19 @@ mod tests {
             "drops every victim it may, rebuilds in the prefetch walk"
         );
         assert_eq!(swap.to_string(), "moves every victim");
+        assert_eq!(
+            swap.keeping_state().to_string(),
+            "moves every victim, keeping the state on the device"
+        );
+        assert_eq!(
+            fastest_behaviour(&[(swap, 1.0), (swap.keeping_state(), 1.0)]),
+            Some(swap),
+            "a tie moves the state as any tensor"
+        );
+        assert_eq!(
+            fastest_behaviour(&[(swap, 1.0), (drop.keeping_state(), 0.5)]),
+            Some(drop.keeping_state())
+        );
         for (i, a) in BEHAVIOURS.iter().enumerate() {
             assert!(!BEHAVIOURS[i + 1..].contains(a), "{a} twice");
             assert!(a.victims.may_drop() || a.rebuild_room == AtSettle, "{a:?}");
@@ -843,7 +901,12 @@ mod tests {
                 .iter()
                 .filter(|b| b.allowed_by(Some(room)))
                 .collect();
-            assert_eq!(allowed.len(), 3, "{room}: weighing, moving, dropping");
+            assert_eq!(
+                allowed.len(),
+                6,
+                "{room}: weighing, moving, dropping, each keeping the state or not"
+            );
+            assert_eq!(allowed.iter().filter(|b| b.keeps_state).count(), 3);
             assert!(
                 allowed
                     .iter()

@@ -239,6 +239,13 @@ impl<P: Copy> Takes<P> {
         !matches!(self, Takes::UsedAfter(_))
     }
 
+    /// Whether the state a behaviour keeps on the device ([`Classes::kept`]) is taken once
+    /// every other tensor falls short: only for the op being admitted, which cannot run
+    /// without the room (a settle or a prefetch can wait for the tensors it frees).
+    pub fn takes_kept(self) -> bool {
+        matches!(self, Takes::Any)
+    }
+
     /// Whether a tensor next used at `next_use` is left alone for the op about to run.
     pub fn spares(self, next_use: NextUse) -> bool {
         matches!(self, Takes::AllButNextOp) && read_by_next_op(next_use)
@@ -275,20 +282,41 @@ pub fn needed_soon(
         }
 }
 
-/// The victims that free `want` bytes: the first of `later` in `kind`'s order, then, when
-/// `take_soon` and those fall short, the first of `soon` (tensors [`needed_soon`]).
-pub fn pick(
+/// The candidates of one pass, by how readily they leave.
+#[derive(Debug, Default)]
+pub struct Classes {
+    /// Not needed soon: they leave first, in the policy's order.
+    pub later: Vec<Candidate>,
+    /// The step's state, under a behaviour that keeps it on the device
+    /// ([`Behaviour::keeps_state`](super::recompute::Behaviour::keeps_state)), needed soon or
+    /// not: they leave last, and only to admit an op ([`Takes::takes_kept`]).
+    pub kept: Vec<Candidate>,
+    /// Needed soon ([`needed_soon`]): they leave last, and only when the pass takes them.
+    pub soon: Vec<Candidate>,
+}
+
+/// The victims that free `want` bytes: the first of `classes.later` in `kind`'s order, then,
+/// when those fall short and `takes` allows, the first of `classes.soon`, then of
+/// `classes.kept`.
+pub fn pick<P: Copy>(
     kind: PolicyKind,
     plan_len: Option<u32>,
     bandwidth: Bandwidth,
-    later: &[Candidate],
-    soon: &[Candidate],
+    classes: &Classes,
     want: u64,
-    take_soon: bool,
+    takes: Takes<P>,
 ) -> Vec<TensorId> {
-    let (mut picked, taken) = first_in_order(kind, plan_len, bandwidth, later, want);
-    if take_soon && (taken < want || picked.is_empty()) {
-        picked.extend(first_in_order(kind, plan_len, bandwidth, soon, want - taken.min(want)).0);
+    let (mut picked, mut taken) = first_in_order(kind, plan_len, bandwidth, &classes.later, want);
+    let short = |picked: &[TensorId], taken: u64| taken < want || picked.is_empty();
+    if takes.takes_soon() && short(&picked, taken) {
+        let rest = want - taken.min(want);
+        let (more, bytes) = first_in_order(kind, plan_len, bandwidth, &classes.soon, rest);
+        picked.extend(more);
+        taken += bytes;
+    }
+    if takes.takes_kept() && short(&picked, taken) && !classes.kept.is_empty() {
+        let rest = want - taken.min(want);
+        picked.extend(first_in_order(kind, plan_len, bandwidth, &classes.kept, rest).0);
     }
     picked
 }

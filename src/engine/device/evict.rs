@@ -318,6 +318,12 @@ impl DeviceEngine {
         };
         let bandwidth = self.restore_bandwidth(tier);
         let window = limits.prefetch_window.min(plan.len());
+        // Under a behaviour that keeps the state on the device, it leaves the device only when
+        // the other victims fall short (the host tier's victims are not concerned).
+        let keeps_state = tier == Tier::Device
+            && self
+                .chosen_behaviour(&limits)
+                .is_some_and(|behaviour| behaviour.keeps_state);
         // The index stays locked through the pass (the leads are taken under it, as the
         // prefetch scan takes them), so that each resident is read and its next use kept in one
         // visit.
@@ -326,7 +332,10 @@ impl DeviceEngine {
         // Needed within the window (plus the lead it earned), or brought back for a use that has
         // not come yet: such tensors leave only when nothing else is left.
         // Sized for every entry at once: growing them a pass took a tenth of it.
-        let (mut later, mut soon) = (Vec::with_capacity(index.len()), Vec::new());
+        let mut classes = victim::Classes {
+            later: Vec::with_capacity(index.len()),
+            ..Default::default()
+        };
         index.visit_unpinned(tier, tried, |r| {
             // A next use an earlier pass of this step looked up still holds unless the tensor
             // was read since: a pass every few ops would otherwise look up every resident again.
@@ -362,10 +371,12 @@ impl DeviceEngine {
                 next_use,
                 rebuild: None,
             };
-            if victim::needed_soon(r.prefetched, next_use, window, lead) {
-                soon.push(candidate);
+            if keeps_state && r.key.is_some_and(|k| plan.is_state(k.key)) {
+                classes.kept.push(candidate);
+            } else if victim::needed_soon(r.prefetched, next_use, window, lead) {
+                classes.soon.push(candidate);
             } else {
-                later.push(candidate);
+                classes.later.push(candidate);
             }
             looked_up
         });
@@ -374,19 +385,18 @@ impl DeviceEngine {
             // A rebuild's cost reads its recipe's inputs and the plan under their own locks:
             // priced with the index let go (and the upgraded handles dropped before it is taken
             // again: a handle's drop takes it).
-            let upgraded = index.upgrade(later.iter().map(|c| c.id));
+            let upgraded = index.upgrade(classes.later.iter().map(|c| c.id));
             drop(index);
-            self.price_rebuilds(&mut later, upgraded, drops);
+            self.price_rebuilds(&mut classes.later, upgraded, drops);
             index = lock(&self.index);
         }
         let picked = victim::pick(
             limits.policy,
             Some(plan.len()),
             bandwidth,
-            &later,
-            &soon,
+            &classes,
             want,
-            takes.takes_soon(),
+            takes,
         );
         index.upgrade(picked)
     }

@@ -92,7 +92,7 @@ impl BehaviourCell {
     }
 
     /// Sets `behaviour` if no choice started or was forgotten since `generation`'s.
-    fn land(&self, generation: u64, behaviour: Behaviour) {
+    pub(super) fn land(&self, generation: u64, behaviour: Behaviour) {
         let at = recompute::BEHAVIOURS
             .iter()
             .position(|b| *b == behaviour)
@@ -195,6 +195,7 @@ impl DeviceEngine {
             rebuild_room: RebuildRoom::AtSettle,
             keeps_lineage: !self.queues().fuses_ops(),
             state: plan::StateResidency::Movable,
+            keeps_state: false,
         };
         let cell = self.behaviour.clone();
         let mut choosing = lock(&cell.choosing);

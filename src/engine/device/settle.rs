@@ -820,4 +820,66 @@ mod tests {
         engine.quiesce();
         assert_settled_ahead(&engine);
     }
+
+    /// Under a behaviour of `both` that keeps the state on the device, a pass takes the step's
+    /// activations first, however the policy ranks them, and the state only when they fall
+    /// short and the pass may take tensors needed soon too (never for a prefetch's room).
+    #[test]
+    fn a_behaviour_that_keeps_the_state_moves_activations_first() {
+        use crate::policy::recompute::{Behaviour, RebuildRoom, RecomputeMode};
+        let moved_with = |keeps_state: bool, want_kib: u64, takes: Takes<u64>| {
+            let tensor: Arc<dyn Spillable> = Arc::new(Counted);
+            let limits = Limits {
+                recompute: RecomputeMode::Both,
+                ..limits(6 * KIB, 0, false)
+            };
+            let engine = engine_with(limits, plan());
+            let swap = Behaviour::new(RecomputeMode::Swap, RebuildRoom::AtSettle);
+            let behaviour = if keeps_state {
+                swap.keeping_state()
+            } else {
+                swap
+            };
+            engine.behaviour.land(0, behaviour);
+            assert_eq!(engine.chosen_behaviour(&engine.limits()), Some(behaviour));
+            // The state (2-5, from before the step) was used less recently than the
+            // activations (100 and 101, made by ops 0 and 1); op 11 reads them all.
+            on_device(
+                &engine,
+                &tensor,
+                &[(2, 11, 0), (3, 11, 1), (4, 11, 2), (5, 11, 3)],
+            );
+            for (id, op) in [(100, 0), (101, 1)] {
+                engine.ledger().on_create(KIB, TensorRole::Other);
+                let key = KeyAt {
+                    step: 0,
+                    key: PlanKey::Produced { op, slot: 0 },
+                };
+                let victim = || Arc::downgrade(&tensor);
+                lock(&engine.index).admit_output(id, KIB, id, victim, Some(key));
+            }
+            engine.make_room(6 * KIB - want_kib * KIB, takes);
+            let index = lock(&engine.index);
+            [2, 3, 4, 5, 100, 101]
+                .into_iter()
+                .filter(|&id| index.tier_of(id) == Some(Tier::Host))
+                .collect::<Vec<TensorId>>()
+        };
+        assert_eq!(
+            moved_with(false, 2, Takes::Any),
+            vec![2, 3],
+            "all read by op 11: the least recently used go"
+        );
+        assert_eq!(moved_with(true, 2, Takes::Any), vec![100, 101]);
+        assert_eq!(
+            moved_with(true, 3, Takes::Any),
+            vec![2, 100, 101],
+            "the state goes when the activations fall short"
+        );
+        assert_eq!(
+            moved_with(true, 3, Takes::UsedAfter(0)),
+            vec![100, 101],
+            "room for a prefetch is not made with the state"
+        );
+    }
 }
