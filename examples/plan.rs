@@ -110,6 +110,12 @@ struct Cli {
     #[arg(long)]
     sync: bool,
 
+    /// Whether the step's state leaves the device last and only to admit an op (`on`), or
+    /// moves like any tensor (`off`); default: chosen under `--recompute both`, moved
+    /// otherwise (`SpillConfig::keep_state`).
+    #[arg(long, value_parser = parse_switch)]
+    keep_state: Option<bool>,
+
     /// Keep the step's state on the device, inside the budget: the tensors from before it
     /// (parameters, optimizer state, the batch) and those it leaves alive. DTR's simulator
     /// accounts this way; the engine itself moves state like any tensor. Not with
@@ -120,6 +126,14 @@ struct Cli {
     /// Where `--sweep` writes its SVG (default: next to the tape, `.plan.svg`).
     #[arg(long)]
     svg: Option<PathBuf>,
+}
+
+fn parse_switch(value: &str) -> Result<bool, String> {
+    match value {
+        "on" => Ok(true),
+        "off" => Ok(false),
+        _ => Err(format!("`{value}` is neither `on` nor `off`")),
+    }
 }
 
 fn parse_batches(value: &str) -> Result<(u64, u64), String> {
@@ -251,6 +265,9 @@ fn config(cli: &Cli) -> SpillConfig {
     }
     if let Some(room) = cli.rebuild_room {
         config = config.rebuild_room(room);
+    }
+    if let Some(keep) = cli.keep_state {
+        config = config.keep_state(keep);
     }
     match cli.host_limit {
         Some(limit) => config.host_limit_bytes(limit),

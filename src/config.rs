@@ -126,6 +126,7 @@ pub struct SpillConfig {
     recompute: RecomputeMode,
     rebuild_profile: Option<String>,
     rebuild_room: Option<RebuildRoom>,
+    keep_state: Option<bool>,
 }
 
 /// Which cold store spilled bytes try first past the host tier, when a remote tier is
@@ -204,6 +205,7 @@ impl Default for SpillConfig {
             recompute: RecomputeMode::Swap,
             rebuild_profile: None,
             rebuild_room: None,
+            keep_state: None,
         }
     }
 }
@@ -230,6 +232,8 @@ pub const ENV_RECOMPUTE: &str = "BURN_SPILL_RECOMPUTE";
 pub const ENV_REBUILD_PROFILE: &str = "BURN_SPILL_REBUILD_PROFILE";
 /// Environment variable overriding [`SpillConfig::rebuild_room`].
 pub const ENV_REBUILD_ROOM: &str = "BURN_SPILL_REBUILD_ROOM";
+/// Environment variable overriding [`SpillConfig::keep_state`].
+pub const ENV_KEEP_STATE: &str = "BURN_SPILL_KEEP_STATE";
 
 /// What `remote_tier` accepts.
 pub(crate) const REMOTE_ACCEPTED: &str = "a Redis URL: redis://[[user]:password@]host[:port][/db] or unix:///path (TLS, rediss://, is not built in)";
@@ -384,6 +388,26 @@ impl SpillConfig {
     /// See [`rebuild_room`](Self::rebuild_room) (`None` = the default for the mode).
     pub fn get_rebuild_room(&self) -> Option<RebuildRoom> {
         self.rebuild_room
+    }
+
+    /// Whether the step's state stays on the device while other victims suffice: the tensors
+    /// from before a step and those it hands to the next (parameters, an optimizer's state,
+    /// the batch, and their updates), as the tape's plan knows them. Kept, they are the last
+    /// victims and leave only to admit an op, so the budget holds as before; what moves is
+    /// the step's activations. It pays where an optimizer would otherwise bring its whole
+    /// state back in its short ops at the step's end, and the budget leaves the activations
+    /// room beside the state (see `docs/planner.md`). Unset, `both` chooses per plan by its dry
+    /// run, and `swap` and `recompute` move the state like any tensor; set, every mode follows
+    /// it (`both` choosing among the behaviours that do). Needs a plan (a tape-driven policy).
+    /// `BURN_SPILL_KEEP_STATE` (`1`/`0`, `true`/`false`, `on`/`off`) overrides it.
+    pub fn keep_state(mut self, keep: bool) -> Self {
+        self.keep_state = Some(keep);
+        self
+    }
+
+    /// See [`keep_state`](Self::keep_state) (`None` = chosen under `both`, moved otherwise).
+    pub fn get_keep_state(&self) -> Option<bool> {
+        self.keep_state
     }
 
     /// Where a rebuild's op time comes from on a backend whose ops are asynchronous or not.
@@ -699,6 +723,9 @@ impl SpillConfig {
         if let Some(v) = get(ENV_REBUILD_ROOM) {
             self.rebuild_room = Some(v.parse().map_err(|e| rename(e, ENV_REBUILD_ROOM))?);
         }
+        if let Some(v) = get(ENV_KEEP_STATE) {
+            self.keep_state = Some(parse_switch(ENV_KEEP_STATE, &v)?);
+        }
         if let Some(v) = get(ENV_REBUILD_PROFILE) {
             rebuild_profile_named(&v, ENV_REBUILD_PROFILE)?;
             self.rebuild_profile = Some(v.trim().to_string());
@@ -959,6 +986,20 @@ mod tests {
             .unwrap();
         assert_eq!(room.get_rebuild_room(), Some(RebuildRoom::InPrefetchWalk));
         assert_eq!(SpillConfig::default().get_rebuild_room(), None);
+        assert_eq!(SpillConfig::default().get_keep_state(), None);
+        let kept = SpillConfig::default()
+            .keep_state(false)
+            .with_overrides_from(env(&[(ENV_KEEP_STATE, " On ")]))
+            .unwrap();
+        assert_eq!(kept.get_keep_state(), Some(true));
+        let err = SpillConfig::default()
+            .with_overrides_from(env(&[(ENV_KEEP_STATE, "sometimes")]))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("BURN_SPILL_KEEP_STATE") && err.contains("sometimes"),
+            "{err}"
+        );
         let err = SpillConfig::default()
             .with_overrides_from(env(&[(ENV_REBUILD_PROFILE, "h300")]))
             .unwrap_err()
@@ -1070,7 +1111,7 @@ mod tests {
         use super::super::*;
         use proptest::prelude::*;
 
-        const VARIABLES: [&str; 10] = [
+        const VARIABLES: [&str; 11] = [
             ENV_PRESET,
             ENV_BUDGET,
             ENV_HOST_LIMIT,
@@ -1081,6 +1122,7 @@ mod tests {
             ENV_TIER_ORDER,
             ENV_RECOMPUTE,
             ENV_REBUILD_PROFILE,
+            ENV_KEEP_STATE,
         ];
 
         /// Strings near the accepted syntax, where parsers break: digits, dots, signs,

@@ -289,6 +289,33 @@ fn transformer_with_both_swap_and_recompute_trains_identically_at_30_percent() {
     );
 }
 
+/// The step's state kept on the device (`SpillConfig::keep_state`): moved last, and only to
+/// admit an op. Under swap only it trains identically within the budget; under `both`, set,
+/// the behaviour each plan chooses keeps it.
+#[test]
+fn keeping_the_state_on_the_device_trains_identically_at_30_percent() {
+    let swap_keeping = |config: SpillConfig| {
+        config
+            .policy(PolicyKind::NextUse)
+            .prefetch_window(2)
+            .keep_state(true)
+    };
+    let stats = marked(gpt::<Trained>, gpt::<Spilled>, 4, &swap_keeping);
+    report("transformer, swap keeping the state", &stats);
+    assert_eq!(stats.recompute.behaviour, None, "only `both` chooses");
+    assert_eq!(stats.recompute.dropped, 0, "swap only drops nothing");
+
+    let both_keeping = |config: SpillConfig| {
+        dropping(config)
+            .recompute(RecomputeMode::Both)
+            .keep_state(true)
+    };
+    let stats = marked(gpt::<Trained>, gpt::<Spilled>, 4, &both_keeping);
+    report("transformer, both keeping the state", &stats);
+    let chose = stats.recompute.behaviour;
+    assert!(chose.is_some_and(|b| b.keeps_state), "{chose:?}");
+}
+
 /// Room for rebuilds made ahead in each place the config can name (`SpillConfig::rebuild_room`):
 /// recompute only trains identically with each, and drops.
 #[test]

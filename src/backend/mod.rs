@@ -128,6 +128,7 @@ impl<B: Backend> SpillBackend<B> {
             remote_first: config.get_tier_order() == crate::TierOrder::RemoteThenDisk,
             recompute: config.get_recompute(),
             rebuild_room: config.get_rebuild_room(),
+            keep_state: config.get_keep_state(),
             rebuild_times: rebuild_profile
                 .as_ref()
                 .map_or(RebuildTimes::Measured, |profile| {

@@ -200,7 +200,8 @@ fn run(
         // As the engine on a backend that runs each op alone (Flex, or CubeCL without fusion).
         keeps_lineage: true,
         state,
-        keeps_state: false,
+        // Under `both` each behaviour says (see `behaviour::choose`).
+        keeps_state: config.get_keep_state().unwrap_or(false),
     };
     let unlimited = simulate(
         tape,
@@ -215,8 +216,8 @@ fn run(
     let (simulated, both_chose, both_predicted) = if budget == u64::MAX {
         (unlimited.clone(), None, Vec::new())
     } else if settings.recompute == crate::RecomputeMode::Both {
-        let room = config.get_rebuild_room();
-        let chosen = behaviour::choose(tape, profile, &op_seconds, &gaps, settings, room);
+        let (room, keep) = (config.get_rebuild_room(), config.get_keep_state());
+        let chosen = behaviour::choose(tape, profile, &op_seconds, &gaps, settings, room, keep);
         (chosen.simulated, Some(chosen.behaviour), chosen.predicted)
     } else {
         let simulated = simulate(tape, profile, &op_seconds, &gaps, settings);

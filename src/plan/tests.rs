@@ -806,3 +806,41 @@ fn a_behaviour_keeping_the_state_moves_it_only_when_activations_fall_short() {
     assert!(short.device_peak <= 25 * MIB, "{short:?}");
     assert_ne!(short.traffic.device_to_host % (8 * MIB), 0, "{short:?}");
 }
+
+/// `SpillConfig::keep_state` reaches the dry run: under swap only the state stays while the
+/// activations suffice; under `both` the behaviour chosen keeps it as set, even below the
+/// budget that fits the state beside every op (where `both` alone would not try it).
+#[test]
+fn the_configured_keep_state_is_what_the_dry_run_follows() {
+    let t = weight_beside_activations();
+    let p = slow_device();
+    let kept = dry_run(&t, &p, &config(27 * MIB).keep_state(true)).unwrap();
+    assert_eq!(
+        kept.simulated.traffic.device_to_host % (8 * MIB),
+        0,
+        "{kept:?}"
+    );
+    assert!(kept.simulated.traffic.device_to_host > 0, "{kept:?}");
+    for (budget, keep) in [(27 * MIB, true), (26 * MIB, true), (26 * MIB, false)] {
+        let both = config(budget)
+            .recompute(RecomputeMode::Both)
+            .keep_state(keep);
+        let run = dry_run(&t, &p, &both).unwrap();
+        let chose = run.both_chose.expect("both chooses under a budget");
+        assert_eq!(chose.keeps_state, keep, "{budget}: {chose:?}");
+        assert_eq!(run.simulated.over_budget_ops, 0, "{budget}: {run:?}");
+        assert_eq!(
+            run.both_predicted.len(),
+            7,
+            "{budget}: {:?}",
+            run.both_predicted
+        );
+    }
+    // Unset, `both` dry-runs the behaviours keeping the state only where it fits.
+    let tried = |budget: u64| {
+        let run = dry_run(&t, &p, &config(budget).recompute(RecomputeMode::Both)).unwrap();
+        run.both_predicted.len()
+    };
+    assert_eq!(tried(27 * MIB), 14);
+    assert_eq!(tried(26 * MIB), 7);
+}

@@ -458,11 +458,14 @@ impl FromStr for RebuildRoom {
 
 impl Behaviour {
     /// Whether `both` may run this behaviour when the config sets where room for rebuilds is
-    /// made (`configured`, see [`SpillConfig::rebuild_room`](crate::SpillConfig::rebuild_room)):
-    /// always when it does not, and otherwise when the behaviour makes room there or drops
-    /// nothing.
-    pub fn allowed_by(&self, configured: Option<RebuildRoom>) -> bool {
-        configured.is_none_or(|room| room == self.rebuild_room || !self.victims.may_drop())
+    /// made (`room`, see [`SpillConfig::rebuild_room`](crate::SpillConfig::rebuild_room)) or
+    /// whether the state is kept (`keep_state`, see
+    /// [`SpillConfig::keep_state`](crate::SpillConfig::keep_state)): always when it sets
+    /// neither; otherwise when the behaviour makes room there or drops nothing, and keeps the
+    /// state as set.
+    pub fn allowed_by(&self, room: Option<RebuildRoom>, keep_state: Option<bool>) -> bool {
+        room.is_none_or(|room| room == self.rebuild_room || !self.victims.may_drop())
+            && keep_state.is_none_or(|keep| keep == self.keeps_state)
     }
 
     /// `victims`, with room for rebuilds made where `rebuild_room` says, the state moving as
@@ -899,7 +902,7 @@ mod tests {
             assert_eq!(room.to_string().parse::<RebuildRoom>().unwrap(), room);
             let allowed: Vec<_> = BEHAVIOURS
                 .iter()
-                .filter(|b| b.allowed_by(Some(room)))
+                .filter(|b| b.allowed_by(Some(room), None))
                 .collect();
             assert_eq!(
                 allowed.len(),
@@ -913,7 +916,15 @@ mod tests {
                     .all(|b| b.rebuild_room == room || !b.victims.may_drop())
             );
         }
-        assert!(BEHAVIOURS.iter().all(|b| b.allowed_by(None)));
+        assert!(BEHAVIOURS.iter().all(|b| b.allowed_by(None, None)));
+        for keep in [false, true] {
+            let allowed: Vec<_> = BEHAVIOURS
+                .iter()
+                .filter(|b| b.allowed_by(None, Some(keep)))
+                .collect();
+            assert_eq!(allowed.len(), 7, "keep_state {keep}");
+            assert!(allowed.iter().all(|b| b.keeps_state == keep));
+        }
         let err = "anywhere".parse::<RebuildRoom>().unwrap_err().to_string();
         assert!(
             err.contains("anywhere") && err.contains(RebuildRoom::ACCEPTED),

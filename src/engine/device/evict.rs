@@ -318,12 +318,9 @@ impl DeviceEngine {
         };
         let bandwidth = self.restore_bandwidth(tier);
         let window = limits.prefetch_window.min(plan.len());
-        // Under a behaviour that keeps the state on the device, it leaves the device only when
-        // the other victims fall short (the host tier's victims are not concerned).
-        let keeps_state = tier == Tier::Device
-            && self
-                .chosen_behaviour(&limits)
-                .is_some_and(|behaviour| behaviour.keeps_state);
+        // Kept on the device, the state leaves it only when the other victims fall short (the
+        // host tier's victims are not concerned).
+        let keeps_state = tier == Tier::Device && self.keeps_state(&limits);
         // The index stays locked through the pass (the leads are taken under it, as the
         // prefetch scan takes them), so that each resident is read and its next use kept in one
         // visit.

@@ -114,6 +114,10 @@ pub struct Limits {
     /// Where room for rebuilds is made ahead, when the config sets it (under `both`, it
     /// limits the behaviours a plan may choose).
     pub rebuild_room: Option<crate::policy::recompute::RebuildRoom>,
+    /// Whether the step's state stays on the device while other victims suffice, when the
+    /// config sets it (under `both`, it limits the behaviours a plan may choose; unset, `both`
+    /// chooses and the other modes move the state).
+    pub keep_state: Option<bool>,
 }
 
 impl Limits {

@@ -155,6 +155,18 @@ impl DeviceEngine {
             .map_or(configured, |behaviour| behaviour.rebuild_room)
     }
 
+    /// Whether the device's victim passes keep the step's state for last: as the config says,
+    /// or under `both` as the behaviour of the plan in force says (the state moving before
+    /// one was chosen).
+    pub(super) fn keeps_state(&self, limits: &Limits) -> bool {
+        match limits.keep_state {
+            Some(keep) => keep,
+            None => self
+                .chosen_behaviour(limits)
+                .is_some_and(|behaviour| behaviour.keeps_state),
+        }
+    }
+
     /// Under `both` with a budget, once a plan chose it: the behaviour the planned steps run
     /// with (what [`crate::RecomputeStats::behaviour`] reports).
     pub(super) fn chosen_behaviour(&self, limits: &Limits) -> Option<Behaviour> {
@@ -215,6 +227,7 @@ impl DeviceEngine {
                     &gaps,
                     settings,
                     limits.rebuild_room,
+                    limits.keep_state,
                 );
                 tracing::info!(target: "burn_spill::plan", behaviour = %chosen.behaviour,
                     profile = %profile.name, predicted = ?chosen.predicted,
