@@ -823,7 +823,7 @@ mod tests {
 
     /// Under a behaviour of `both` that keeps the state on the device, a pass takes the step's
     /// activations first, however the policy ranks them, and the state only when they fall
-    /// short and the pass may take tensors needed soon too (never for a prefetch's room).
+    /// short and the pass admits an op (never for a settle's target or a prefetch's room).
     #[test]
     fn a_behaviour_that_keeps_the_state_moves_activations_first() {
         use crate::policy::recompute::{Behaviour, RebuildRoom, RecomputeMode};
@@ -875,6 +875,11 @@ mod tests {
             moved_with(true, 3, Takes::Any),
             vec![2, 100, 101],
             "the state goes when the activations fall short"
+        );
+        assert_eq!(
+            moved_with(true, 3, Takes::AllButNextOp),
+            vec![100, 101],
+            "a settle between ops falls short rather than take the state"
         );
         assert_eq!(
             moved_with(true, 3, Takes::UsedAfter(0)),
