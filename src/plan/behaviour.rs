@@ -6,7 +6,6 @@ use crate::tape::StepTape;
 
 use super::profile::DeviceProfile;
 use super::simulate::{Settings, Simulated, simulate};
-use super::state;
 
 /// The behaviour chosen, its simulated step, and every behaviour's predicted step seconds.
 #[derive(Debug, Clone)]
@@ -18,8 +17,7 @@ pub(crate) struct Chosen {
 
 /// Simulates `tape` under `settings` with each of [`BEHAVIOURS`] the config allows (where it
 /// sets room for rebuilds to be made, `configured_room`, or whether the state is kept,
-/// `configured_keep`) and the budget leaves room for (those
-/// keeping the state on the device need it to fit beside every op) and picks the fastest (what
+/// `configured_keep`) and picks the fastest (what
 /// `settings.recompute` and `settings.rebuild_room` say is ignored: `both` is the mode that
 /// chooses).
 pub(crate) fn choose(
@@ -31,15 +29,9 @@ pub(crate) fn choose(
     configured_room: Option<RebuildRoom>,
     configured_keep: Option<bool>,
 ) -> Chosen {
-    // Keeping the state on the device cannot pay where the budget is below what an op needs
-    // beside it (the activations get no room: none of the steps swept was faster that way
-    // there), so those dry runs, the slower half, are skipped, unless the config asks for it.
-    let state_fits = configured_keep == Some(true)
-        || state::pinned_floor(tape).is_none_or(|(_, _, needed)| needed <= settings.budget);
     let mut runs: Vec<(Behaviour, Simulated)> = BEHAVIOURS
         .iter()
         .filter(|behaviour| behaviour.allowed_by(configured_room, configured_keep))
-        .filter(|behaviour| state_fits || !behaviour.keeps_state)
         .map(|&behaviour| {
             let settings = Settings {
                 recompute: behaviour.victims,

@@ -771,16 +771,40 @@ fn a_budget_below_the_pinned_state_and_an_op_is_refused_with_both_figures() {
     assert_eq!(sweep(&t, &p, &config(0), &fractions).unwrap().len(), 5);
 }
 
-/// `both`'s behaviours that keep the state on the device move activations first: on
-/// [`weight_beside_activations`] at 27 MiB only they move; below what op 2 needs beside the
-/// weight, the weight leaves too rather than the op running over the budget.
+/// A 3 MiB weight `w` (1) read first and last; op 0 also makes a spare 8 MiB activation (10)
+/// that only the last op reads, so that a pass early in the step has an activation to take
+/// beside the weight. The peak is 43 MiB (ops 2 and 3: w, 3, 10 and 4 or 6 beside the 16 MiB
+/// 5); the last op reads 6, 3, 10 and w and makes w's 3 MiB update (9).
+fn weight_beside_a_spare_activation() -> StepTape {
+    tape(
+        &[
+            ("float_exp", &[1], &[3, 10]),
+            ("float_exp", &[3], &[4]),
+            ("float_exp", &[4], &[5]),
+            ("float_exp", &[5], &[6]),
+            ("float_add", &[6, 3, 10, 1], &[9]),
+        ],
+        &[
+            (1, 3 * MIB),
+            (3, 8 * MIB),
+            (10, 8 * MIB),
+            (4, 8 * MIB),
+            (5, 16 * MIB),
+            (6, 8 * MIB),
+            (9, 3 * MIB),
+        ],
+        &[(4, 3), (5, 4), (6, 5), (3, 5), (10, 5), (1, 5)],
+    )
+}
+
+/// The behaviours that keep the state on the device move activations first (only 8 MiB
+/// tensors move at 35 MiB, where moving the state lets the 3 MiB weight go too); on
+/// [`weight_beside_activations`], below what op 2 needs beside the weight, the weight leaves
+/// too rather than an op running over the budget.
 #[test]
 fn a_behaviour_keeping_the_state_moves_it_only_when_activations_fall_short() {
-    let t = weight_beside_activations();
     let p = slow_device();
-    let op_seconds = cost::op_seconds(&t, &p);
-    let gaps = cost::host_gaps(&t, &p);
-    let run = |budget: u64, keeps_state: bool| {
+    let run = |t: &StepTape, budget: u64, keeps_state: bool| {
         let settings = Settings {
             budget,
             host_limit: None,
@@ -793,15 +817,17 @@ fn a_behaviour_keeping_the_state_moves_it_only_when_activations_fall_short() {
             state: StateResidency::Movable,
             keeps_state,
         };
-        simulate(&t, &p, &op_seconds, &gaps, settings)
+        let (op_seconds, gaps) = (cost::op_seconds(t, &p), cost::host_gaps(t, &p));
+        simulate(t, &p, &op_seconds, &gaps, settings)
     };
-    let kept = run(27 * MIB, true);
+    let spare = weight_beside_a_spare_activation();
+    let kept = run(&spare, 35 * MIB, true);
     assert!(kept.traffic.device_to_host > 0, "{kept:?}");
     assert_eq!(kept.traffic.device_to_host % (8 * MIB), 0, "{kept:?}");
     assert_eq!(kept.traffic.host_to_device % (8 * MIB), 0, "{kept:?}");
-    let moved = run(27 * MIB, false);
+    let moved = run(&spare, 35 * MIB, false);
     assert_ne!(moved.traffic.device_to_host % (8 * MIB), 0, "{moved:?}");
-    let short = run(25 * MIB, true);
+    let short = run(&weight_beside_activations(), 25 * MIB, true);
     assert_eq!(short.over_budget_ops, 0, "{short:?}");
     assert!(short.device_peak <= 25 * MIB, "{short:?}");
     assert_ne!(short.traffic.device_to_host % (8 * MIB), 0, "{short:?}");
@@ -809,18 +835,19 @@ fn a_behaviour_keeping_the_state_moves_it_only_when_activations_fall_short() {
 
 /// `SpillConfig::keep_state` reaches the dry run: under swap only the state stays while the
 /// activations suffice; under `both` the behaviour chosen keeps it as set, even below the
-/// budget that fits the state beside every op (where `both` alone would not try it).
+/// budget that fits the state beside every op.
 #[test]
 fn the_configured_keep_state_is_what_the_dry_run_follows() {
-    let t = weight_beside_activations();
     let p = slow_device();
-    let kept = dry_run(&t, &p, &config(27 * MIB).keep_state(true)).unwrap();
+    let spare = weight_beside_a_spare_activation();
+    let kept = dry_run(&spare, &p, &config(35 * MIB).keep_state(true)).unwrap();
     assert_eq!(
         kept.simulated.traffic.device_to_host % (8 * MIB),
         0,
         "{kept:?}"
     );
     assert!(kept.simulated.traffic.device_to_host > 0, "{kept:?}");
+    let t = weight_beside_activations();
     for (budget, keep) in [(27 * MIB, true), (26 * MIB, true), (26 * MIB, false)] {
         let both = config(budget)
             .recompute(RecomputeMode::Both)
@@ -836,11 +863,7 @@ fn the_configured_keep_state_is_what_the_dry_run_follows() {
             run.both_predicted
         );
     }
-    // Unset, `both` dry-runs the behaviours keeping the state only where it fits.
-    let tried = |budget: u64| {
-        let run = dry_run(&t, &p, &config(budget).recompute(RecomputeMode::Both)).unwrap();
-        run.both_predicted.len()
-    };
-    assert_eq!(tried(27 * MIB), 14);
-    assert_eq!(tried(26 * MIB), 7);
+    // Unset, `both` dry-runs all fourteen behaviours.
+    let both = dry_run(&t, &p, &config(26 * MIB).recompute(RecomputeMode::Both)).unwrap();
+    assert_eq!(both.both_predicted.len(), 14);
 }

@@ -555,7 +555,7 @@ pub const BEHAVIOURS: [Behaviour; 14] = [
 /// | the same, room beside prefetches | +106.8, +184.8, +255.4% | +10.1, +15.1, +67.6% |
 /// | the same, rebuilds in the prefetch walk | +106.8, +211.5, +258.0% | +10.1, +13.1, +19.8% |
 ///
-/// Keeping the state on the device is a choice of its own: it pays when the budget leaves
+/// Keeping the state on the device is a choice of its own: it pays where the budget leaves
 /// the activations room beside the state, which at 25-50% of these batch-2 steps it does not
 /// (the GPT's Adam state is 63% of its peak). `both`'s best, moving the state / with the
 /// behaviours that keep it (2026-12-06; `h200-pcie5`, cost_aware, window 512, at 80, 70, 60
@@ -564,7 +564,7 @@ pub const BEHAVIOURS: [Behaviour; 14] = [
 /// | step | moving the state | keeping it too |
 /// | --- | --- | --- |
 /// | GPT, batch 2 | +37.4, +34.8, +70.8, +84.7% | +30.5, +34.8, +70.8, +84.7% |
-/// | GPT, batch 8 | +32.0, +29.4, +42.2, +55.9% | +12.5, +20.7, +27.7, +55.9% |
+/// | GPT, batch 8 | +32.0, +29.4, +42.2, +55.9% | +12.5, +20.7, +27.7, +42.7% |
 /// | GPT, batch 16 | +21.0, +21.0, +36.4, +48.5% | +10.0, +16.5, +27.2, +35.0% |
 /// | ResNet-50, batch 2 | +2.4, +4.6, +9.2, +3.5% | +0.7, +1.6, +3.4, +3.5% |
 /// | ResNet-50, batch 16 | +17.5, +1.8, +7.7, +16.9% | +15.6, +1.8, +7.7, +16.9% |

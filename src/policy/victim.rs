@@ -239,13 +239,6 @@ impl<P: Copy> Takes<P> {
         !matches!(self, Takes::UsedAfter(_))
     }
 
-    /// Whether the state a behaviour keeps on the device ([`Classes::kept`]) is taken once
-    /// every other tensor falls short: only for the op being admitted, which cannot run
-    /// without the room (a settle or a prefetch can wait for the tensors it frees).
-    pub fn takes_kept(self) -> bool {
-        matches!(self, Takes::Any)
-    }
-
     /// Whether a tensor next used at `next_use` is left alone for the op about to run.
     pub fn spares(self, next_use: NextUse) -> bool {
         matches!(self, Takes::AllButNextOp) && read_by_next_op(next_use)
@@ -289,15 +282,16 @@ pub struct Classes {
     pub later: Vec<Candidate>,
     /// The step's state, under a behaviour that keeps it on the device
     /// ([`Behaviour::keeps_state`](super::recompute::Behaviour::keeps_state)), needed soon or
-    /// not: they leave last, and only to admit an op ([`Takes::takes_kept`]).
+    /// not: they leave last, and only for a pass that takes `soon` too (never for a
+    /// prefetch's room or ahead of the next ops).
     pub kept: Vec<Candidate>,
     /// Needed soon ([`needed_soon`]): they leave last, and only when the pass takes them.
     pub soon: Vec<Candidate>,
 }
 
 /// The victims that free `want` bytes: the first of `classes.later` in `kind`'s order, then,
-/// when those fall short and `takes` allows, the first of `classes.soon`, then of
-/// `classes.kept`.
+/// when those fall short and `takes` takes tensors needed soon, the first of `classes.soon`,
+/// then of `classes.kept`.
 pub fn pick<P: Copy>(
     kind: PolicyKind,
     plan_len: Option<u32>,
@@ -314,7 +308,7 @@ pub fn pick<P: Copy>(
         picked.extend(more);
         taken += bytes;
     }
-    if takes.takes_kept() && short(&picked, taken) && !classes.kept.is_empty() {
+    if takes.takes_soon() && short(&picked, taken) && !classes.kept.is_empty() {
         let rest = want - taken.min(want);
         picked.extend(first_in_order(kind, plan_len, bandwidth, &classes.kept, rest).0);
     }

@@ -823,7 +823,7 @@ mod tests {
 
     /// Under a behaviour of `both` that keeps the state on the device, a pass takes the step's
     /// activations first, however the policy ranks them, and the state only when they fall
-    /// short and the pass admits an op (never for a settle's target or a prefetch's room).
+    /// short and the pass takes tensors needed soon too (never for a prefetch's room).
     #[test]
     fn a_behaviour_that_keeps_the_state_moves_activations_first() {
         use crate::policy::recompute::{Behaviour, RebuildRoom, RecomputeMode};
@@ -878,8 +878,8 @@ mod tests {
         );
         assert_eq!(
             moved_with(true, 3, Takes::AllButNextOp),
-            vec![100, 101],
-            "a settle between ops falls short rather than take the state"
+            vec![2, 100, 101],
+            "a settle between ops takes it too"
         );
         assert_eq!(
             moved_with(true, 3, Takes::UsedAfter(0)),
