@@ -394,9 +394,10 @@ impl SpillConfig {
     /// from before a step and those it hands to the next (parameters, an optimizer's state,
     /// the batch, and their updates), as the tape's plan knows them. Kept, they are the last
     /// victims (after those needed soon, and never to make room for a prefetch), so the
-    /// budget holds as before; what moves is the step's activations. It pays where an optimizer would otherwise bring its whole
-    /// state back in its short ops at the step's end, and the budget leaves the activations
-    /// room beside the state (see `docs/planner.md`). Unset, `both` chooses per plan by its dry
+    /// budget holds as before; what moves is the step's activations. It pays where an
+    /// optimizer would otherwise bring its whole state back in its short ops at the step's
+    /// end, and the budget leaves the activations room beside the state (see
+    /// `docs/planner.md`). Unset, `both` chooses per plan by its dry
     /// run, and `swap` and `recompute` move the state like any tensor; set, every mode follows
     /// it (`both` choosing among the behaviours that do). Needs a plan (a tape-driven policy).
     /// `BURN_SPILL_KEEP_STATE` (`1`/`0`, `true`/`false`, `on`/`off`) overrides it.

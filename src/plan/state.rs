@@ -42,7 +42,7 @@ pub(crate) fn state_tensors(tape: &StepTape) -> HashSet<TensorId> {
 /// What each op needs on the device with the state kept there: the state alive as it runs
 /// (from before the step and not yet freed, or made by an earlier op) and the op's own other
 /// inputs and outputs. Yields `(op, state bytes, all bytes)`.
-pub(crate) fn pinned_needs(tape: &StepTape) -> Vec<(usize, u64, u64)> {
+fn pinned_needs(tape: &StepTape) -> Vec<(usize, u64, u64)> {
     let state = state_tensors(tape);
     let sizes: HashMap<TensorId, u64> = tape.tensors.iter().map(|t| (t.id, t.bytes)).collect();
     let size = |id: &TensorId| sizes.get(id).copied().unwrap_or(0);
