@@ -312,32 +312,49 @@ fn training_is_exact<I: Backend>(model: Model) -> Vec<(String, SpillStats)> {
 /// rebuild costs are read on the workers' passes too); the synchronous one drops what it may.
 /// Two more asynchronous runs drop what they may with room for the rebuilds made beside the
 /// prefetches and in the prefetch walk (`SpillConfig::rebuild_room`), which `both` may choose:
-/// those change which prefetches the workers run, and when.
+/// those change which prefetches the workers run, and when. The last keeps the step's state on
+/// the device (`SpillConfig::keep_state`), which `both` may choose too: the workers then move
+/// activations where they would have moved parameters and optimizer state.
 fn training_with_recompute_is_exact<I: Backend>(model: Model) {
     use burn_spill::RecomputeMode;
     use burn_spill::policy::recompute::RebuildRoom;
     let device = I::Device::default();
     let _reset = Reset::<I>(device.clone());
     let (plain, budget, preset) = plain_run_at_30_percent::<I>(model, &device);
-    for (asynchronous, mode, policy, room) in [
-        (true, RecomputeMode::Both, PolicyKind::NextUse, None),
-        (false, RecomputeMode::Recompute, PolicyKind::NextUse, None),
-        (true, RecomputeMode::Both, PolicyKind::CostAware, None),
+    for (asynchronous, mode, policy, room, keep_state) in [
+        (true, RecomputeMode::Both, PolicyKind::NextUse, None, None),
+        (
+            false,
+            RecomputeMode::Recompute,
+            PolicyKind::NextUse,
+            None,
+            None,
+        ),
+        (true, RecomputeMode::Both, PolicyKind::CostAware, None, None),
         (
             true,
             RecomputeMode::Recompute,
             PolicyKind::CostAware,
             Some(RebuildRoom::BesidePrefetches),
+            None,
         ),
         (
             true,
             RecomputeMode::Recompute,
             PolicyKind::CostAware,
             Some(RebuildRoom::InPrefetchWalk),
+            None,
+        ),
+        (
+            true,
+            RecomputeMode::Recompute,
+            PolicyKind::CostAware,
+            None,
+            Some(true),
         ),
     ] {
         let what = format!(
-            "{model:?} at 30% ({budget} B), {mode}, {policy}, async {asynchronous}, rebuild room {room:?}"
+            "{model:?} at 30% ({budget} B), {mode}, {policy}, async {asynchronous}, rebuild room {room:?}, keep state {keep_state:?}"
         );
         let mut config = preset
             .clone()
@@ -347,6 +364,9 @@ fn training_with_recompute_is_exact<I: Backend>(model: Model) {
             .asynchronous(asynchronous);
         if let Some(room) = room {
             config = config.rebuild_room(room);
+        }
+        if let Some(keep) = keep_state {
+            config = config.keep_state(keep);
         }
         SpillBackend::<I>::configure(&device, config).unwrap();
         let before = SpillBackend::<I>::stats(&device);
