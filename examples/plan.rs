@@ -31,7 +31,9 @@ mod usage;
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
 
-use burn_spill::plan::{self, DryRun, SWEEP_FRACTIONS, StateResidency};
+use burn_spill::plan::{
+    self, Assumptions, DryRun, ExtraRecipes, RecipeClass, SWEEP_FRACTIONS, StateResidency,
+};
 use burn_spill::policy::recompute::RebuildRoom;
 use burn_spill::tape::StepTape;
 use burn_spill::{DeviceBudget, PolicyKind, Preset, RecomputeMode, SpillConfig, parse_bytes};
@@ -123,9 +125,21 @@ struct Cli {
     #[arg(long)]
     pin_state: bool,
 
+    /// Predict as if the engine kept recipes for these classes of ops too, comma-separated:
+    /// matmul, reductions, views, convolutions. A what-if: the engine rebuilds elementwise
+    /// ops only. Not with `--max-batch`.
+    #[arg(long, value_delimiter = ',', value_parser = parse_recipe_class)]
+    what_if_recipes: Vec<RecipeClass>,
+
     /// Where `--sweep` writes its SVG (default: next to the tape, `.plan.svg`).
     #[arg(long)]
     svg: Option<PathBuf>,
+}
+
+fn parse_recipe_class(value: &str) -> Result<RecipeClass, String> {
+    value
+        .parse()
+        .map_err(|e: burn_spill::SpillError| e.to_string())
 }
 
 fn parse_switch(value: &str) -> Result<bool, String> {
@@ -286,16 +300,22 @@ fn main() {
     let config = config(&cli);
     let tape = read_tape(&cli.tape);
 
-    let state = if cli.pin_state {
-        StateResidency::Pinned
-    } else {
-        StateResidency::Movable
+    let assumptions = Assumptions {
+        state: if cli.pin_state {
+            StateResidency::Pinned
+        } else {
+            StateResidency::Movable
+        },
+        extra_recipes: cli.what_if_recipes.iter().copied().collect(),
     };
     if cli.max_batch {
         if cli.pin_state {
             exit_usage(
                 "--pin-state predicts one tape; --max-batch moves the state as the engine does",
             );
+        }
+        if !assumptions.extra_recipes.is_empty() {
+            exit_usage("--what-if-recipes predicts one tape; --max-batch predicts the engine");
         }
         let (Some(larger), Some((small, large))) = (&cli.larger, cli.batches) else {
             exit_usage(
@@ -350,8 +370,12 @@ fn main() {
             .fractions
             .as_ref()
             .map_or(SWEEP_FRACTIONS.to_vec(), |f| f.0.clone());
-        or_exit(plan::sweep_with_state(
-            &tape, &profile, &config, &fractions, state,
+        or_exit(plan::sweep_assuming(
+            &tape,
+            &profile,
+            &config,
+            &fractions,
+            assumptions,
         ))
     } else {
         let config = match budget(&cli.budget) {
@@ -362,10 +386,19 @@ fn main() {
                 config.device_budget_bytes((peak as f64 * f) as u64)
             }
         };
-        vec![or_exit(plan::dry_run_with_state(
-            &tape, &profile, &config, state,
+        vec![or_exit(plan::dry_run_assuming(
+            &tape,
+            &profile,
+            &config,
+            assumptions,
         ))]
     };
+    if assumptions.extra_recipes != ExtraRecipes::NONE {
+        println!(
+            "assuming recipes the engine does not keep, for: {}",
+            assumptions.extra_recipes
+        );
+    }
     print!("{}", plan_report::table(&runs));
     if let [run] = runs.as_slice()
         && run.budget != u64::MAX

@@ -8,8 +8,10 @@
 //!   own decisions (victims, prefetches, headroom) choose what moves.
 //! - [`sweep`] over budgets, and [`max_batch`]: the largest batch whose predicted overhead stays
 //!   under a limit, from steps recorded at two batch sizes.
-//! - [`dry_run_with_state`] and [`sweep_with_state`]: the same with the step's state kept on
-//!   the device inside the budget ([`StateResidency::Pinned`]), as DTR's simulator counts it.
+//! - [`dry_run_assuming`] and [`sweep_assuming`]: the same under [`Assumptions`] beyond the
+//!   engine as it runs: the step's state kept on the device inside the budget
+//!   ([`StateResidency::Pinned`]), as DTR's simulator counts it, and recipes for ops the engine
+//!   keeps none for ([`RecipeClass`]), to ask what they would buy.
 //!
 //! ```no_run
 //! use burn_spill::plan::{DeviceProfile, dry_run};
@@ -30,12 +32,14 @@ mod profile;
 mod search;
 mod simulate;
 mod state;
+mod what_if;
 
 pub use phases::{Phase, PhaseFigures, phase_ops, phases};
 pub use profile::{BUILTIN_PROFILES, DeviceProfile, MatrixTflops, OpTimes};
 pub use search::{BatchSearch, max_batch, median_tape, scale_tape};
 pub use simulate::{Simulated, Traffic};
 pub use state::StateResidency;
+pub use what_if::{Assumptions, ExtraRecipes, RecipeClass};
 
 use serde::Serialize;
 
@@ -119,22 +123,26 @@ pub fn dry_run(
     profile: &DeviceProfile,
     config: &SpillConfig,
 ) -> Result<DryRun, SpillError> {
-    dry_run_with_state(tape, profile, config, StateResidency::Movable)
+    dry_run_assuming(tape, profile, config, Assumptions::default())
 }
 
-/// [`dry_run`], with the step's state moving as the engine moves it
-/// ([`StateResidency::Movable`]) or kept on the device inside the budget, as DTR's simulator
-/// keeps its constants ([`StateResidency::Pinned`]).
+/// [`dry_run`] under `assumptions` (a [`StateResidency`] converts into them): with the step's
+/// state moving as the engine moves it ([`StateResidency::Movable`]) or kept on the device
+/// inside the budget, as DTR's simulator keeps its constants ([`StateResidency::Pinned`]), and
+/// with recipes assumed for the ops of [`Assumptions::extra_recipes`]' classes, which the
+/// engine does not keep.
 ///
 /// # Errors
 /// As [`dry_run`]; with the state pinned, [`SpillError::PlanStateBudget`] when the budget is
 /// below what some op needs beside the state alive as it runs.
-pub fn dry_run_with_state(
+pub fn dry_run_assuming(
     tape: &StepTape,
     profile: &DeviceProfile,
     config: &SpillConfig,
-    state: StateResidency,
+    assumptions: impl Into<Assumptions>,
 ) -> Result<DryRun, SpillError> {
+    let assumptions = assumptions.into();
+    let state = assumptions.state;
     let budget = budget_of(config, profile);
     // The largest op names the least budget that fits every op.
     if let Some((op, needed)) = own_bytes(tape).max_by_key(|&(i, b)| (b, std::cmp::Reverse(i)))
@@ -159,7 +167,7 @@ pub fn dry_run_with_state(
             needed,
         });
     }
-    run(tape, profile, config, state)
+    run(tape, profile, config, assumptions)
 }
 
 /// [`dry_run`], also under a budget below what the largest op needs: such ops run over it, as
@@ -173,7 +181,7 @@ pub fn dry_run_over_budget(
     profile: &DeviceProfile,
     config: &SpillConfig,
 ) -> Result<DryRun, SpillError> {
-    run(tape, profile, config, StateResidency::Movable)
+    run(tape, profile, config, Assumptions::default())
 }
 
 /// The dry run itself, whatever the budget.
@@ -181,7 +189,7 @@ fn run(
     tape: &StepTape,
     profile: &DeviceProfile,
     config: &SpillConfig,
-    state: StateResidency,
+    assumptions: Assumptions,
 ) -> Result<DryRun, SpillError> {
     config.validate()?;
     let budget = budget_of(config, profile);
@@ -199,9 +207,10 @@ fn run(
             .unwrap_or(crate::policy::recompute::RebuildRoom::AtSettle),
         // As the engine on a backend that runs each op alone (Flex, or CubeCL without fusion).
         keeps_lineage: true,
-        state,
+        state: assumptions.state,
         // Under `both` each behaviour says (see `behaviour::choose`).
         keeps_state: config.get_keep_state().unwrap_or(false),
+        extra_recipes: assumptions.extra_recipes,
     };
     let unlimited = simulate(
         tape,
@@ -264,28 +273,29 @@ pub fn sweep(
     config: &SpillConfig,
     fractions: &[f64],
 ) -> Result<Vec<DryRun>, SpillError> {
-    sweep_with_state(tape, profile, config, fractions, StateResidency::Movable)
+    sweep_assuming(tape, profile, config, fractions, Assumptions::default())
 }
 
-/// [`sweep`] with the state moving or pinned (see [`dry_run_with_state`]). With the state
-/// pinned, fractions below what an op needs beside it are skipped too.
+/// [`sweep`] under `assumptions` (see [`dry_run_assuming`]). With the state pinned, fractions
+/// below what an op needs beside it are skipped too.
 ///
 /// # Errors
 /// As [`sweep`].
-pub fn sweep_with_state(
+pub fn sweep_assuming(
     tape: &StepTape,
     profile: &DeviceProfile,
     config: &SpillConfig,
     fractions: &[f64],
-    state: StateResidency,
+    assumptions: impl Into<Assumptions>,
 ) -> Result<Vec<DryRun>, SpillError> {
+    let assumptions = assumptions.into();
     let peak = dry_run(
         tape,
         profile,
         &config.clone().device_budget(DeviceBudget::Unlimited),
     )?
     .unlimited_peak;
-    let floor = match state {
+    let floor = match assumptions.state {
         StateResidency::Movable => min_budget(tape),
         StateResidency::Pinned => state::pinned_floor(tape).map_or(0, |(_, _, needed)| needed),
     };
@@ -295,11 +305,11 @@ pub fn sweep_with_state(
         if budget < floor {
             continue;
         }
-        runs.push(dry_run_with_state(
+        runs.push(dry_run_assuming(
             tape,
             profile,
             &config.clone().device_budget_bytes(budget),
-            state,
+            assumptions,
         )?);
     }
     Ok(runs)

@@ -51,6 +51,7 @@ use crate::tape::StepTape;
 use super::carry;
 use super::profile::DeviceProfile;
 use super::state::{self, StateResidency};
+use super::what_if::ExtraRecipes;
 
 /// What the simulated engine is configured with (resolved from a `SpillConfig`).
 #[derive(Debug, Clone, Copy)]
@@ -71,6 +72,9 @@ pub(crate) struct Settings {
     /// Whether the state leaves only when other victims fall short (a behaviour `both` may
     /// choose: [`Behaviour::keeps_state`](crate::policy::recompute::Behaviour::keeps_state)).
     pub keeps_state: bool,
+    /// Recipes assumed for ops the engine keeps none for (a what-if: the engine's own dry run
+    /// assumes none).
+    pub extra_recipes: ExtraRecipes,
 }
 
 /// Bytes moved in each direction.
@@ -300,16 +304,18 @@ fn link_utilization(
     windows::link_utilization(&replay, op_seconds.iter().sum(), link)
 }
 
-/// The tensors made by pure ops (whose outputs keep a recipe in the engine), with the index
-/// of the op that made each.
-fn recipes(tape: &StepTape) -> HashMap<TensorId, usize> {
+/// The tensors made by pure ops (whose outputs keep a recipe in the engine), or by ops of the
+/// classes `extra` assumes, with the index of the op that made each.
+fn recipes(tape: &StepTape, extra: ExtraRecipes) -> HashMap<TensorId, usize> {
     tape.tensors
         .iter()
         .filter_map(|t| {
             let op = t.producer?.op as usize;
             let made_by = tape.ops.get(op)?;
             let single = made_by.outputs.len() == 1;
-            (single && recompute::is_recomputable(&made_by.name)).then_some((t.id, op))
+            let rebuildable =
+                recompute::is_recomputable(&made_by.name) || extra.covers(&made_by.name);
+            (single && rebuildable).then_some((t.id, op))
         })
         .collect()
 }
@@ -447,7 +453,7 @@ impl<'a> Sim<'a> {
     /// The recipes the engine keeps, and their lineage, when it may drop victims.
     fn with_recipes(mut self) -> Self {
         if self.settings.recompute.may_drop() {
-            self.recipes = recipes(self.tape);
+            self.recipes = recipes(self.tape, self.settings.extra_recipes);
             if self.settings.keeps_lineage {
                 self.lineage = lineage(self.tape, &self.recipes);
             }
@@ -1441,6 +1447,7 @@ mod tests {
                 keeps_lineage: true,
                 state: StateResidency::Movable,
                 keeps_state: false,
+                extra_recipes: ExtraRecipes::NONE,
             };
             Sim::new(
                 &self.tape,
@@ -1470,7 +1477,7 @@ mod tests {
         ops.push(("float_matmul", &ids[6..7], &ids[7..8]));
         let sizes: Vec<(u64, u64)> = ids.iter().map(|&id| (id, 64)).collect();
         let t = tape(&ops, &sizes, &[]);
-        let recipes = recipes(&t);
+        let recipes = recipes(&t, ExtraRecipes::NONE);
         assert!(!recipes.contains_key(&1) && !recipes.contains_key(&8));
         let kept = lineage(&t, &recipes);
         // Tensor 2's recipe reaches no ghost, 3's one, ... 6's four (the bound): the recipes of
@@ -1509,6 +1516,7 @@ mod tests {
                 keeps_lineage: true,
                 state: StateResidency::Movable,
                 keeps_state: false,
+                extra_recipes: ExtraRecipes::NONE,
             };
             let learnt = Learnt::default();
             let mut sim = Sim::new(&t, &profile, &plan, &op_seconds, &gaps, settings, learnt);
@@ -1666,6 +1674,7 @@ mod tests {
                 keeps_lineage: true,
                 state: StateResidency::Movable,
                 keeps_state: false,
+                extra_recipes: ExtraRecipes::NONE,
             };
             let mut sim = Sim::new(
                 &t,
@@ -1744,6 +1753,7 @@ mod tests {
             keeps_lineage: true,
             state: StateResidency::Movable,
             keeps_state: false,
+            extra_recipes: ExtraRecipes::NONE,
         };
         let learnt = Learnt::default();
         let mut sim = Sim::new(&t, &profile, &plan, &op_seconds, &gaps, settings, learnt);

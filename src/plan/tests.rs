@@ -555,6 +555,53 @@ fn recompute_leaves_tensors_of_impure_ops_and_dead_inputs_alone() {
     assert!(run.simulated.traffic.total() > 0, "{:?}", run.simulated);
 }
 
+#[test]
+fn assumed_recipes_let_a_matmul_output_be_dropped_as_an_elementwise_one_is() {
+    let p = slow_device();
+    let budget = 32 * MIB;
+    let elementwise = dry_run(
+        &rebuild_at_the_end(),
+        &p,
+        &config(budget).recompute(RecomputeMode::Recompute),
+    )
+    .unwrap();
+    assert!(
+        elementwise.simulated.drops > 0,
+        "{:?}",
+        elementwise.simulated
+    );
+    // `b`'s producer renamed to a matrix product: the engine keeps no recipe for it.
+    let mut product = rebuild_at_the_end();
+    product.ops[0].name = "float_matmul".into();
+    product.ops[0].inputs = vec![1, 1];
+    let run = |extra: &[RecipeClass]| {
+        let assumptions = Assumptions {
+            state: StateResidency::Movable,
+            extra_recipes: extra.iter().copied().collect(),
+        };
+        let config = config(budget).recompute(RecomputeMode::Recompute);
+        dry_run_assuming(&product, &p, &config, assumptions)
+            .unwrap()
+            .simulated
+    };
+    let engine = run(&[]);
+    assert_eq!(engine.drops, 0, "{engine:?}");
+    let other_classes = run(&[RecipeClass::Reductions, RecipeClass::Views]);
+    assert_eq!(other_classes.drops, 0, "{other_classes:?}");
+    let assumed = run(&[RecipeClass::Matmul]);
+    assert!(
+        assumed.drops > 0 && assumed.rebuilds == assumed.drops,
+        "{assumed:?}"
+    );
+    assert!(assumed.device_peak <= budget, "{assumed:?}");
+    assert!(
+        assumed.traffic.total() < engine.traffic.total(),
+        "{assumed:?} vs {engine:?}"
+    );
+    // A matrix product is priced as one when it is rebuilt.
+    assert!(assumed.rebuild_seconds > 0.0, "{assumed:?}");
+}
+
 /// `x = exp(a)` and `y` (random: no recipe) compete for the one place an op needs: `y` is
 /// used last, so a policy that weighs only moves takes it, and has to move it (it cannot be
 /// rebuilt); `x` is used sooner but is far cheaper to rebuild than to bring back.
@@ -716,7 +763,7 @@ fn pinned_state_stays_on_the_device_and_activations_move_instead() {
         let config = SpillConfig::transformer()
             .device_budget_bytes(27 * MIB)
             .policy(policy);
-        let run = dry_run_with_state(&t, &p, &config, StateResidency::Pinned).unwrap();
+        let run = dry_run_assuming(&t, &p, &config, StateResidency::Pinned).unwrap();
         let sim = &run.simulated;
         assert_eq!(sim.over_budget_ops, 0, "{policy:?}: {sim:?}");
         assert!(sim.device_peak <= 27 * MIB, "{policy:?}: {sim:?}");
@@ -744,7 +791,7 @@ fn a_budget_below_the_pinned_state_and_an_op_is_refused_with_both_figures() {
     let p = slow_device();
     // 26 MiB fits every op when the state may move, not op 2 beside the weight.
     dry_run(&t, &p, &config(26 * MIB)).unwrap();
-    let err = dry_run_with_state(&t, &p, &config(26 * MIB), StateResidency::Pinned).unwrap_err();
+    let err = dry_run_assuming(&t, &p, &config(26 * MIB), StateResidency::Pinned).unwrap_err();
     assert!(
         matches!(
             err,
@@ -765,7 +812,7 @@ fn a_budget_below_the_pinned_state_and_an_op_is_refused_with_both_figures() {
     // A sweep leaves out the fractions below that floor: 75% and 70% of 35 MiB (26.25 and
     // 24.5 MiB) fit every op alone, not beside the state.
     let fractions = [1.0, 0.9, 0.8, 0.75, 0.7];
-    let pinned = sweep_with_state(&t, &p, &config(0), &fractions, StateResidency::Pinned).unwrap();
+    let pinned = sweep_assuming(&t, &p, &config(0), &fractions, StateResidency::Pinned).unwrap();
     assert_eq!(pinned.len(), 3, "{pinned:?}");
     assert!(pinned.iter().all(|r| r.budget >= 27 * MIB));
     assert_eq!(sweep(&t, &p, &config(0), &fractions).unwrap().len(), 5);
@@ -816,6 +863,7 @@ fn a_behaviour_keeping_the_state_moves_it_only_when_activations_fall_short() {
             keeps_lineage: true,
             state: StateResidency::Movable,
             keeps_state,
+            extra_recipes: super::what_if::ExtraRecipes::NONE,
         };
         let (op_seconds, gaps) = (cost::op_seconds(t, &p), cost::host_gaps(t, &p));
         simulate(t, &p, &op_seconds, &gaps, settings)

@@ -208,6 +208,8 @@ impl DeviceEngine {
             keeps_lineage: !self.queues().fuses_ops(),
             state: plan::StateResidency::Movable,
             keeps_state: false,
+            // The engine's own recipes: it predicts what it will do.
+            extra_recipes: plan::ExtraRecipes::NONE,
         };
         let cell = self.behaviour.clone();
         let mut choosing = lock(&cell.choosing);
