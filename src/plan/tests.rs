@@ -598,7 +598,7 @@ fn assumed_recipes_let_a_matmul_output_be_dropped_as_an_elementwise_one_is() {
         assumed.traffic.total() < engine.traffic.total(),
         "{assumed:?} vs {engine:?}"
     );
-    // A matrix product is priced as one when it is rebuilt.
+    // The rebuild runs on the stream and its time is counted.
     assert!(assumed.rebuild_seconds > 0.0, "{assumed:?}");
 }
 
