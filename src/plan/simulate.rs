@@ -1114,6 +1114,10 @@ impl<'a> Sim<'a> {
                 }
                 Some(Place::Arriving { done, .. }) => {
                     work.ready = work.ready.max(done);
+                    // Read, so no longer an unread prefetch: the engine takes the mark at every
+                    // read (`Index::admit_input`), landed or not. Left, its next eviction would
+                    // count as a wasted prefetch and fetch it nearer its use still.
+                    self.prefetched.remove(&id);
                     self.late(id);
                 }
                 Some(Place::Leaving { done, .. }) => {
@@ -1769,5 +1773,65 @@ mod tests {
         );
         sim.after_op(1);
         assert_eq!(sim.out.prefetches, 1, "one op ahead is");
+    }
+
+    /// Settings of the wasted-prefetch tests: swap only, synchronous, a budget that never binds
+    /// and a window of `window` ops.
+    fn roomy(window: u32) -> Settings {
+        Settings {
+            budget: 1 << 20,
+            host_limit: None,
+            policy: PolicyKind::NextUse,
+            prefetch_window: window,
+            asynchronous: false,
+            recompute: RecomputeMode::Swap,
+            rebuild_room: RebuildRoom::AtSettle,
+            keeps_lineage: true,
+            state: StateResidency::Movable,
+            keeps_state: false,
+            extra_recipes: ExtraRecipes::NONE,
+        }
+    }
+
+    /// A prefetch that lands after its op began was read all the same: the engine takes its
+    /// mark at the read, so evicting it after its op is no waste.
+    #[test]
+    fn a_late_prefetch_read_by_its_op_is_no_waste() {
+        // Tensor 1 comes from before the step and is read by op 0 and by op 2.
+        let t = tape(
+            &[
+                ("float_exp", &[1], &[2]),
+                ("float_exp", &[2], &[3]),
+                ("float_add", &[3, 1], &[4]),
+            ],
+            &[(1, 1024), (2, 1024), (3, 1024), (4, 1024)],
+            &[],
+        );
+        let profile = slow_device();
+        let plan = carry::repeating_plan(&t, &carry::pairs(&t));
+        let (op_seconds, gaps) = (vec![1e-6; 3], (vec![0.0; 3], 0.0));
+        let mut sim = Sim::new(
+            &t,
+            &profile,
+            &plan,
+            &op_seconds,
+            &gaps,
+            roomy(2),
+            Learnt::default(),
+        );
+        sim.place_sources(&Start::default());
+        sim.place.insert(1, Place::Host);
+        sim.device -= 1024;
+        sim.host += 1024;
+        // Fetched ahead of op 0, still on its way when op 0 comes.
+        sim.restore(1, 0.0, 0);
+        sim.prefetched.insert(1);
+        sim.run_op(0);
+        assert_eq!(sim.out.late_inputs, 1);
+        sim.evict(1, sim.clock, 0);
+        assert!(
+            sim.learnt.wasted.is_empty(),
+            "read by op 0 before this eviction: not wasted"
+        );
     }
 }
