@@ -189,8 +189,8 @@ struct Learnt {
     /// The moves so far per direction (to host, to the device from host, from disk), as the
     /// engine's ledger counts them for [`handoff::cheaper_on_op_thread`].
     moves: Moves,
-    /// Tensors whose prefetch was wasted (evicted again unread), fetched nearer their use.
-    wasted: HashMap<PlanKey, decide::Wasted>,
+    /// Uses of tensors whose prefetch was wasted (evicted again unread), fetched nearer them.
+    wasted: HashMap<decide::WastedFor, decide::Wasted>,
 }
 
 /// Move histories per direction.
@@ -746,8 +746,12 @@ impl<'a> Sim<'a> {
         {
             // Brought back and evicted again unread: the engine fetches it nearer its use, and
             // after where this one was evicted.
-            let left = self.next_use(id, self.positions[op]).distance();
-            self.learnt.wasted.entry(key).or_default().strike(left);
+            let now = self.positions[op];
+            let next_use = self.next_use(id, now);
+            if let Some(for_use) = decide::WastedFor::use_of(self.plan, key, now, next_use) {
+                let left = next_use.distance();
+                self.learnt.wasted.entry(for_use).or_default().strike(left);
+            }
         }
         self.place.insert(id, Place::Leaving { done, to_disk });
         self.in_flight.push(id);
@@ -1275,7 +1279,11 @@ impl<'a> Sim<'a> {
                 .filter(|(_, p)| matches!(p, Place::Host | Place::Disk))
                 .filter_map(|(id, _)| {
                     let next_use = self.next_use(*id, now);
-                    let wasted = self.keys.get(id).and_then(|k| self.learnt.wasted.get(k));
+                    let wasted = self
+                        .keys
+                        .get(id)
+                        .and_then(|k| decide::WastedFor::use_of(self.plan, *k, now, next_use))
+                        .and_then(|w| self.learnt.wasted.get(&w));
                     decide::is_due(next_use, reach, self.lead(*id), wasted)
                         .then(|| (next_use.distance_or(u32::MAX), *id))
                 })
@@ -1791,6 +1799,49 @@ mod tests {
             keeps_state: false,
             extra_recipes: ExtraRecipes::NONE,
         }
+    }
+
+    /// A tensor read by two ops of the step (a parameter read by the forward and by the
+    /// optimizer): a waste before one use fetches it nearer that use only.
+    #[test]
+    fn a_wasted_prefetch_brings_only_that_use_nearer() {
+        // Tensor 1 comes from before the step and is read by ops 4 and 7.
+        let mut ops: Vec<(&str, Vec<u64>, Vec<u64>)> = (0..8)
+            .map(|i| ("float_exp", Vec::new(), vec![10 + i]))
+            .collect();
+        ops[4].1 = vec![1];
+        ops[7].1 = vec![1];
+        let ops: Vec<(&str, &[u64], &[u64])> = ops
+            .iter()
+            .map(|(name, inputs, outputs)| (*name, &inputs[..], &outputs[..]))
+            .collect();
+        let sizes: Vec<(u64, u64)> = std::iter::once(1)
+            .chain(10..18)
+            .map(|id| (id, 1024))
+            .collect();
+        let t = tape(&ops, &sizes, &[]);
+        let profile = slow_device();
+        let plan = carry::repeating_plan(&t, &carry::pairs(&t));
+        let (op_seconds, gaps) = (vec![1e-6; 8], (vec![0.0; 8], 0.0));
+        let mut sim = Sim::new(
+            &t,
+            &profile,
+            &plan,
+            &op_seconds,
+            &gaps,
+            roomy(4),
+            Learnt::default(),
+        );
+        sim.place_sources(&Start::default());
+        // Prefetched for op 7 and evicted unread at op 5, two ops before that use.
+        sim.prefetched.insert(1);
+        sim.evict(1, 0.0, 5);
+        sim.retire(f64::INFINITY, 5);
+        assert_eq!(sim.learnt.wasted.len(), 1);
+        // After op 0, op 4 is 3 ops away, within the window: the waste before op 7 (which
+        // brought that use within one op) does not hold this one back.
+        sim.after_op(0);
+        assert_eq!(sim.out.prefetches, 1, "fetched for op 4 as if never wasted");
     }
 
     /// A prefetch that lands after its op began was read all the same: the engine takes its

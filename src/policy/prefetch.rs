@@ -5,7 +5,7 @@
 //! dry-run simulation ([`crate::plan`]) both call these, so that the simulation predicts what
 //! the engine does rather than what a copy of it would.
 
-use super::plan::{MAX_HEADROOM_LOOKAHEAD, NextUse, UsePlan};
+use super::plan::{MAX_HEADROOM_LOOKAHEAD, NextUse, PlanKey, UsePlan};
 
 /// The largest lead a late tensor's prefetch trigger moves to, in ops beyond the window.
 pub const MAX_LEAD: u32 = 64;
@@ -71,17 +71,50 @@ pub fn is_rebuild_due(distance: u32, reach: u32) -> bool {
 /// Whether the op `distance` ops after position `now` (wrapping into the next step) fits
 /// `budget` by itself: its inputs and outputs, as the plan recorded them.
 pub fn use_fits(plan: &UsePlan, budget: u64, now: u32, distance: u32) -> bool {
+    plan.op_bytes(position_after(plan, now, distance)) <= budget
+}
+
+/// The position in the step of the op `distance` ops after position `now` (wrapping into the
+/// next step).
+fn position_after(plan: &UsePlan, now: u32, distance: u32) -> u32 {
     let len = u64::from(plan.len().max(1));
-    let position = (u64::from(now) + u64::from(distance)) % len;
-    plan.op_bytes(position as u32) <= budget
+    ((u64::from(now) + u64::from(distance)) % len) as u32
+}
+
+/// Which use of a tensor a [`Wasted`] record is for: the tensor's plan key and the position in
+/// the step of the use its wasted prefetches were fetched for. A waste says the device was too
+/// full before that use; a parameter read in the forward and again by the optimizer may be
+/// crowded out before the one and not the other. Kept per tensor (until 2026-12-06), the
+/// GPT-125M's biases and layer-norm weights, wasted in its crowded forward at 25% of the peak,
+/// were fetched two ops before their optimizer updates too, and there queued behind the
+/// embedding's 154 MB moments: 3 ms of stall each (`docs/planner.md`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct WastedFor {
+    key: PlanKey,
+    use_at: u32,
+}
+
+impl WastedFor {
+    /// The use `next_use` ops after position `now` of the tensor keyed `key` (`None` where the
+    /// plan knows no next use: nothing is fetched for it, so no waste is kept).
+    pub fn use_of(plan: &UsePlan, key: PlanKey, now: u32, next_use: NextUse) -> Option<Self> {
+        match next_use {
+            NextUse::In(distance) => Some(Self {
+                key,
+                use_at: position_after(plan, now, distance),
+            }),
+            NextUse::Never | NextUse::Unknown => None,
+        }
+    }
 }
 
 /// The most times wasted prefetches halve how far ahead a tensor is fetched: enough to bring
 /// any reach (a window of a few thousand ops) down to the next op.
 pub const MAX_HALVINGS: u32 = 16;
 
-/// A tensor's wasted prefetches: brought back and evicted again before its use, the device too
-/// full between the two. From then on the tensor is fetched nearer its use: half as far ahead
+/// A tensor's wasted prefetches for one of its uses ([`WastedFor`]): brought back and evicted
+/// again before that use, the device too full between the two. From then on the tensor is
+/// fetched nearer that use: half as far ahead
 /// for each waste, and no further ahead than where it was last evicted (down to the op before
 /// its use), so that it lands where the device has room for it instead of moving twice. A
 /// prefetch kept from the tensor altogether (as one was for a few steps after each waste, until

@@ -246,13 +246,16 @@ impl DeviceEngine {
             drop(index);
             if !wasted.is_empty() {
                 // Brought back and evicted again unread: the device is too full between the
-                // prefetch and the use. Those tensors are fetched nearer their use from now on
+                // prefetch and the use. Those tensors are fetched nearer that use from now on
                 // (a wasted prefetch moves bytes twice for nothing), and after the point where
-                // this one was evicted.
+                // this one was evicted; their other uses keep their own records.
                 let mut record = lock(&self.wasted);
                 for key in wasted {
-                    let left = placement.as_ref().and_then(|p| p.distance(key));
-                    record.entry(key.key).or_default().strike(left);
+                    if let Some((for_use, left)) =
+                        placement.as_ref().and_then(|p| p.wasted_use(key))
+                    {
+                        record.entry(for_use).or_default().strike(Some(left));
+                    }
                 }
             }
             // Dropping the upgraded handles may run a handle's drop, which takes the index lock.

@@ -49,7 +49,7 @@ mod test_support {
     }
 }
 
-use crate::policy::prefetch::Wasted;
+use crate::policy::prefetch::{Wasted, WastedFor};
 pub use admit::{OpInput, OpOutput, OpTicket};
 pub use ample::UntrackedOp;
 use limits_cell::LimitsCell;
@@ -152,9 +152,9 @@ pub struct DeviceEngine {
     /// Extra ops of lead per plan key, grown each time that tensor arrived late. A spilled
     /// tensor is placed for the prefetch scan its lead before its use (see `Placement::due`).
     leads: Mutex<FastMap<PlanKey, u32>>,
-    /// Plan keys whose prefetch was wasted, and how many times: how much nearer their use
-    /// they are fetched.
-    wasted: Mutex<FastMap<PlanKey, Wasted>>,
+    /// Uses of plan keys whose prefetch was wasted, and how many times: how much nearer that
+    /// use they are fetched.
+    wasted: Mutex<FastMap<WastedFor, Wasted>>,
     transfers: Transfers,
     /// Bytes on their way to the device (counted there by budget decisions).
     inflight_in: AtomicU64,

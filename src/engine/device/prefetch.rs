@@ -9,7 +9,7 @@ use crate::engine::ledger::Direction;
 use crate::engine::slot::{TensorId, Tier};
 use crate::engine::transfer::{Job, Lane};
 use crate::policy::plan::{NextUse, UsePlan};
-use crate::policy::prefetch as decide;
+use crate::policy::prefetch::{self as decide, WastedFor};
 use crate::policy::recompute::RebuildRoom;
 
 use super::step::Placement;
@@ -83,7 +83,8 @@ impl DeviceEngine {
             for s in soon {
                 let lead = leads.get(&s.key.key).copied().unwrap_or(0);
                 let next_use = plan.next_use(s.key, step, now);
-                let wasted = wasted.get(&s.key.key);
+                let wasted =
+                    WastedFor::use_of(plan, s.key.key, now, next_use).and_then(|w| wasted.get(&w));
                 if decide::is_due(next_use, reach, lead, wasted) {
                     due.push((next_use.distance_or(u32::MAX), Turn::Prefetch(s)));
                 } else {

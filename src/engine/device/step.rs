@@ -7,6 +7,7 @@ use std::sync::atomic::Ordering;
 
 use crate::engine::slot::Tier;
 use crate::policy::plan::{KeyAt, NextUse, UsePlan};
+use crate::policy::prefetch::WastedFor;
 use crate::stats::{SpillStats, StepStats};
 
 use super::{DeviceEngine, Limits, lock};
@@ -70,9 +71,14 @@ impl<P: Deref<Target = UsePlan>> Placement<P> {
         }
     }
 
-    /// How many ops from now the tensor keyed `key` is next used, if the plan knows.
-    pub(super) fn distance(&self, key: KeyAt) -> Option<u32> {
-        self.plan.next_use(key, self.step, self.now).distance()
+    /// The next use of the tensor keyed `key`, as a wasted prefetch of it is recorded for, and
+    /// how many ops from now it is (`None` where the plan knows no next use).
+    pub(super) fn wasted_use(&self, key: KeyAt) -> Option<(WastedFor, u32)> {
+        let next = self.plan.next_use(key, self.step, self.now);
+        Some((
+            WastedFor::use_of(&self.plan, key.key, self.now, next)?,
+            next.distance()?,
+        ))
     }
 
     /// Where the spilled tensor keyed `key`, with `lead`, is placed for the prefetch scan (see
