@@ -1362,7 +1362,8 @@ impl<'a> Sim<'a> {
                 let takes = Takes::UsedAfter(now + after);
                 done = self.evict_down_to(level, i, now, &none, takes, here);
             }
-            let takes = Takes::AllButNextOp;
+            // Not the tensors the ops it makes room for read, as the engine's settle spares them.
+            let takes = Takes::AllButReadUntil(now + settle_ops);
             done = done.max(self.evict_down_to(target, i, now, &none, takes, here));
             if let Some((level, beyond)) = room {
                 let takes = Takes::UsedAfter(beyond);
@@ -1883,6 +1884,33 @@ mod tests {
         assert!(
             sim.learnt.wasted.is_empty(),
             "read by op 0 before this eviction: not wasted"
+        );
+    }
+
+    /// A settle with a plan takes no tensor the ops it makes room for read (the engine's
+    /// `Takes::AllButReadUntil`): it would come back before they are done.
+    #[test]
+    fn a_settle_takes_nothing_its_own_ops_read() {
+        const KIB: u64 = 1024;
+        let growing = Growing::new();
+        let mut sim = growing.sim(RecomputeMode::Swap, Learnt::default());
+        // 10 and 11 are read by op 6, the last; 20 by no op of the step.
+        for id in [10, 11, 20] {
+            sim.place.insert(id, Place::Device);
+        }
+        sim.sizes.insert(20, KIB);
+        let none = HashSet::default();
+        let taken = |takes| {
+            let mut ids = sim.victims(0, 3 * KIB, &none, takes, false);
+            ids.sort_unstable();
+            ids
+        };
+        assert_eq!(taken(Takes::AllButNextOp), vec![10, 11, 20]);
+        assert_eq!(taken(Takes::AllButReadUntil(5)), vec![10, 11, 20]);
+        assert_eq!(
+            taken(Takes::AllButReadUntil(6)),
+            vec![20],
+            "op 6 is within the ops it makes room for"
         );
     }
 }

@@ -148,8 +148,14 @@ fn a_budget_below_the_peak_moves_bytes_and_stays_within_it() {
         assert!(sim.device_peak <= budget, "{budget}: {sim:?}");
         assert!(sim.traffic.total() > 0, "{budget}: {sim:?}");
         assert!(run.overhead >= 0.0);
-        // What goes out comes back, or is never read again.
-        assert!(sim.traffic.host_to_device <= sim.traffic.device_to_host);
+        // What goes out comes back, or is never read again; and b, which no tensor of the step
+        // is handed over as (a batch), may start the step on the host and come in without
+        // going out.
+        let b = 8 * MIB;
+        assert!(
+            sim.traffic.host_to_device <= sim.traffic.device_to_host + b,
+            "{budget}: {sim:?}"
+        );
     }
 }
 

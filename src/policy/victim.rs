@@ -220,6 +220,16 @@ pub enum Takes<P> {
     Any,
     /// Any but those the op about to run reads ([`read_by_next_op`]): a pass between ops.
     AllButNextOp,
+    /// Any but those the op about to run reads or the ops up to position `P` read: a pass
+    /// between ops that makes room for the ops up to `P` (a settle, with a plan). Such a
+    /// tensor comes back before those ops are done: its eviction makes room for them only
+    /// until its own use, and costs a round trip on a link that the settle's other moves keep
+    /// busy, so that its use waits for its copy out and back in. Without it, a settle whose
+    /// ops' room is most of the budget (a lookahead of hundreds of ops) sends out every tensor
+    /// but the next op's: on the GPT-125M at 25% of its peak, a residual read two ops later
+    /// waited 27 ms behind the forward's evictions (`docs/planner.md`, "A settle spares what
+    /// its own ops read").
+    AllButReadUntil(P),
     /// Only those next used after position `P` (or never, or at no known position), and never
     /// those [`needed_soon`]: room for a prefetch, or for the next ops.
     UsedAfter(P),
@@ -229,8 +239,8 @@ impl<P: Copy> Takes<P> {
     /// The position a victim's next use must be after, if any.
     pub fn beyond(self) -> Option<P> {
         match self {
-            Takes::UsedAfter(beyond) => Some(beyond),
-            _ => None,
+            Takes::UsedAfter(beyond) | Takes::AllButReadUntil(beyond) => Some(beyond),
+            Takes::Any | Takes::AllButNextOp => None,
         }
     }
 
@@ -241,7 +251,7 @@ impl<P: Copy> Takes<P> {
 
     /// Whether a tensor next used at `next_use` is left alone for the op about to run.
     pub fn spares(self, next_use: NextUse) -> bool {
-        matches!(self, Takes::AllButNextOp) && read_by_next_op(next_use)
+        matches!(self, Takes::AllButNextOp | Takes::AllButReadUntil(_)) && read_by_next_op(next_use)
     }
 }
 

@@ -25,6 +25,8 @@ pub(super) struct SettleGoal {
     /// The next ops' room, made first and from tensors used after them only (see
     /// [`SettlePoint::ahead`]).
     pub(super) ahead: Option<Room>,
+    /// See [`SettlePoint::spares_until`].
+    pub(super) spares_until: Option<u64>,
     pub(super) room: Option<Room>,
     /// Bumped at every change, so that a goal set while the job finished is not lost.
     pub(super) generation: u64,
@@ -41,9 +43,18 @@ pub(super) struct SettlePoint {
     /// [`settle_ahead`](crate::policy::prefetch::settle_ahead)), so that those ops run without
     /// a pass of their own.
     pub(super) ahead: Option<Room>,
+    /// With a plan: the absolute position up to which the ops the target makes room for run.
+    /// The pass to the target leaves alone the tensors they read ([`Takes::AllButReadUntil`]);
+    /// without a plan, only the next op's ([`Takes::AllButNextOp`]).
+    pub(super) spares_until: Option<u64>,
 }
 
 impl SettlePoint {
+    /// What the pass down to the target may take.
+    fn takes(&self) -> Takes<u64> {
+        takes_to_target(self.spares_until)
+    }
+
     /// The lowest level an eviction that `committed` device bytes set off may bring the
     /// device to.
     fn lowest(&self, committed: u64) -> u64 {
@@ -52,6 +63,11 @@ impl SettlePoint {
             _ => self.target,
         }
     }
+}
+
+/// What a settle's pass down to its target may take (see [`SettlePoint::spares_until`]).
+fn takes_to_target(spares_until: Option<u64>) -> Takes<u64> {
+    spares_until.map_or(Takes::AllButNextOp, Takes::AllButReadUntil)
 }
 
 /// Bytes one background eviction job moves before it lets queued prefetches run.
@@ -148,16 +164,17 @@ impl DeviceEngine {
                     self.make_room_for(room);
                 }
             } else {
-                let (target, ahead) = if committed > point.trigger {
-                    (point.target, point.ahead)
+                let (target, ahead, spares_until) = if committed > point.trigger {
+                    (point.target, point.ahead, point.spares_until)
                 } else {
-                    (u64::MAX, None)
+                    (u64::MAX, None, None)
                 };
                 {
                     // A job already queued takes the new goal when it runs.
                     let mut goal = lock(&self.settle_goal);
                     goal.target = target;
                     goal.ahead = ahead;
+                    goal.spares_until = spares_until;
                     goal.room = room;
                     goal.generation += 1;
                 }
@@ -234,7 +251,7 @@ impl DeviceEngine {
                     _ => self.evict_until_within(
                         goal.target,
                         SETTLE_SLICE_BYTES,
-                        Takes::AllButNextOp,
+                        takes_to_target(goal.spares_until),
                     ),
                 };
                 if let (Eviction::Reached, Some(room)) = (outcome, goal.room) {
@@ -301,28 +318,30 @@ impl DeviceEngine {
                 }
                 // Looked for only when an eviction runs (most ops under a budget run none), and
                 // only on a device that moves its victims (see `settle_ahead`).
+                let placement = Placement { plan, step, now };
                 let ahead = (!drops && self.device_committed() > target).then(|| {
                     let (level, after) = decide::settle_ahead(budget, plan, now, transfer_ops);
-                    let placement = Placement { plan, step, now };
                     Room {
                         level,
                         beyond: placement.absolute(after),
                     }
                 });
-                Some((target, ahead))
+                Some((target, ahead, placement.absolute(transfer_ops)))
             }
             _ => None,
         };
         match planned {
-            Some((target, ahead)) => SettlePoint {
+            Some((target, ahead, spares_until)) => SettlePoint {
                 trigger: target,
                 target,
                 ahead,
+                spares_until: Some(spares_until),
             },
             None => SettlePoint {
                 trigger: limits.high_water,
                 target: limits.low_water,
                 ahead: None,
+                spares_until: None,
             },
         }
     }
@@ -376,7 +395,7 @@ impl DeviceEngine {
         if let Some(ahead) = point.ahead {
             self.make_room_for(ahead);
         }
-        self.make_room(point.target, Takes::AllButNextOp);
+        self.make_room(point.target, point.takes());
     }
 
     pub(super) fn settle_at(&self, limits: &Limits, point: SettlePoint) {
@@ -609,6 +628,56 @@ mod tests {
         assert_eq!(issued(4 * KIB), 0);
         // Over a budget of 3.5 KiB by itself: no room to keep, and 3 KiB fits the budget.
         assert_eq!(issued(7 * KIB / 2), 1);
+    }
+
+    /// With a plan, a settle makes room for the ops up to its lookahead and takes none of the
+    /// tensors they read: such a tensor would come back before they are done, its op waiting
+    /// for its copy out and in again. Without a plan, only the next op's inputs stay.
+    #[test]
+    fn a_settle_leaves_what_the_ops_it_makes_room_for_read() {
+        let tensor: Arc<dyn Spillable> = Arc::new(Counted);
+        let moved = |takes: Takes<u64>| {
+            let engine = engine_with(limits(8 * KIB, 0, false), plan());
+            // 1 is read by op 1, 2 and 3 by op 11; the engine is at op 0.
+            on_device(&engine, &tensor, &[(1, 1, 0), (2, 11, 0), (3, 11, 1)]);
+            engine.make_room(0, takes);
+            let index = lock(&engine.index);
+            [1, 2, 3]
+                .into_iter()
+                .filter(|&id| index.tier_of(id) == Some(Tier::Host))
+                .collect::<Vec<TensorId>>()
+        };
+        let until = |op| crate::engine::index::absolute(0, op);
+        assert_eq!(
+            moved(Takes::AllButNextOp),
+            vec![1, 2, 3],
+            "op 1 is not the next op"
+        );
+        assert_eq!(
+            moved(Takes::AllButReadUntil(until(1))),
+            vec![2, 3],
+            "op 1 is among the ops it makes room for"
+        );
+        assert_eq!(
+            moved(Takes::AllButReadUntil(until(11))),
+            Vec::<TensorId>::new()
+        );
+
+        // The settle point spares up to the ops it makes room for: as far as a move takes to
+        // land.
+        let engine = engine_with(limits(8 * KIB, 0, false), plan());
+        engine.transfer_ops.store(2, Ordering::Relaxed);
+        let point = engine.settle_point(&engine.limits());
+        assert_eq!(point.spares_until, Some(until(2)));
+        assert_eq!(point.takes(), Takes::AllButReadUntil(until(2)));
+        let unplanned = Arc::new(DeviceEngine::default());
+        unplanned.limits.set(limits(8 * KIB, 0, false));
+        let point = unplanned.settle_point(&unplanned.limits());
+        assert_eq!(
+            point.takes(),
+            Takes::AllButNextOp,
+            "no plan: the next op's inputs only"
+        );
     }
 
     #[test]
