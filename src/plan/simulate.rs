@@ -1421,9 +1421,8 @@ mod tests {
     use super::*;
     use crate::plan::tests::{growing_tape, slow_device, tape};
 
-    /// The growing tape's step on the slow device, its ops 1.5 ms each: what the settle's
-    /// tests build a `Sim` from.
-    struct Growing {
+    /// A step on the slow device, every op the same time: what the tests build a `Sim` from.
+    struct Step {
         tape: StepTape,
         profile: DeviceProfile,
         plan: UsePlan,
@@ -1431,20 +1430,23 @@ mod tests {
         gaps: (Vec<f64>, f64),
     }
 
-    impl Growing {
-        /// Ops 0-5 make tensors 10-15 (1 KiB each, so each grows the device by 1 KiB), all
-        /// read by op 6.
-        fn new() -> Self {
-            let tape = growing_tape();
+    impl Step {
+        fn new(tape: StepTape, op_seconds: f64) -> Self {
             let plan = carry::repeating_plan(&tape, &carry::pairs(&tape));
             let ops = tape.ops.len();
             Self {
                 profile: slow_device(),
                 plan,
-                op_seconds: vec![1.5e-3; ops],
+                op_seconds: vec![op_seconds; ops],
                 gaps: (vec![0.0; ops], 0.0),
                 tape,
             }
+        }
+
+        /// The growing tape, its ops 1.5 ms each (the settle's tests): ops 0-5 make tensors
+        /// 10-15 (1 KiB each, so each grows the device by 1 KiB), all read by op 6.
+        fn growing() -> Self {
+            Self::new(growing_tape(), 1.5e-3)
         }
 
         /// A synchronous dry run under 4 KiB, ranked by next use, with no prefetch window.
@@ -1578,7 +1580,7 @@ mod tests {
     #[test]
     fn the_settle_looks_ahead_from_the_simulated_moves_as_the_engine_does() {
         const KIB: u64 = 1024;
-        let growing = Growing::new();
+        let growing = Step::growing();
         let settle_ops = |to_host: MoveHistory| {
             let learnt = Learnt {
                 moves: Moves {
@@ -1609,7 +1611,7 @@ mod tests {
     #[test]
     fn the_settle_counts_the_rebuilds_within_its_reach_as_the_engine_does() {
         const KIB: u64 = 1024;
-        let growing = Growing::new();
+        let growing = Step::growing();
         let mut sim = growing.sim(RecomputeMode::Recompute, Learnt::default());
         sim.place.insert(10, Place::Dropped);
         sim.place.insert(11, Place::Device);
@@ -1735,42 +1737,27 @@ mod tests {
     #[test]
     fn a_wasted_prefetch_brings_the_next_one_nearer_the_use() {
         // Tensor 1 comes from before the step and is read by the last op.
-        let t = tape(
-            &[
-                ("float_exp", &[2], &[3]),
-                ("float_exp", &[3], &[4]),
-                ("float_exp", &[4], &[5]),
-                ("float_add", &[5, 1], &[6]),
-            ],
-            &[
-                (1, 1024),
-                (2, 1024),
-                (3, 1024),
-                (4, 1024),
-                (5, 1024),
-                (6, 1024),
-            ],
-            &[(2, 1), (3, 2), (4, 3), (5, 4)],
+        let step = Step::new(
+            tape(
+                &[
+                    ("float_exp", &[2], &[3]),
+                    ("float_exp", &[3], &[4]),
+                    ("float_exp", &[4], &[5]),
+                    ("float_add", &[5, 1], &[6]),
+                ],
+                &[
+                    (1, 1024),
+                    (2, 1024),
+                    (3, 1024),
+                    (4, 1024),
+                    (5, 1024),
+                    (6, 1024),
+                ],
+                &[(2, 1), (3, 2), (4, 3), (5, 4)],
+            ),
+            1e-6,
         );
-        let profile = slow_device();
-        let plan = carry::repeating_plan(&t, &carry::pairs(&t));
-        let (op_seconds, gaps) = (vec![1e-6; 4], (vec![0.0; 4], 0.0));
-        let settings = Settings {
-            budget: 1 << 20,
-            host_limit: None,
-            policy: PolicyKind::NextUse,
-            prefetch_window: 2,
-            asynchronous: false,
-            recompute: RecomputeMode::Swap,
-            rebuild_room: RebuildRoom::AtSettle,
-            keeps_lineage: true,
-            state: StateResidency::Movable,
-            keeps_state: false,
-            extra_recipes: ExtraRecipes::NONE,
-        };
-        let learnt = Learnt::default();
-        let mut sim = Sim::new(&t, &profile, &plan, &op_seconds, &gaps, settings, learnt);
-        sim.place_sources(&Start::default());
+        let mut sim = step.roomy(2);
         sim.prefetched.insert(1);
         sim.evict(1, 0.0, 0);
         sim.retire(f64::INFINITY, 0);
@@ -1784,21 +1771,34 @@ mod tests {
         assert_eq!(sim.out.prefetches, 1, "one op ahead is");
     }
 
-    /// Settings of the wasted-prefetch tests: swap only, synchronous, a budget that never binds
-    /// and a window of `window` ops.
-    fn roomy(window: u32) -> Settings {
-        Settings {
-            budget: 1 << 20,
-            host_limit: None,
-            policy: PolicyKind::NextUse,
-            prefetch_window: window,
-            asynchronous: false,
-            recompute: RecomputeMode::Swap,
-            rebuild_room: RebuildRoom::AtSettle,
-            keeps_lineage: true,
-            state: StateResidency::Movable,
-            keeps_state: false,
-            extra_recipes: ExtraRecipes::NONE,
+    impl Step {
+        /// A dry run whose budget never binds (swap only, synchronous, ranked by next use) with
+        /// a prefetch window of `window` ops, its sources placed: the wasted-prefetch tests'.
+        fn roomy(&self, window: u32) -> Sim<'_> {
+            let settings = Settings {
+                budget: 1 << 20,
+                host_limit: None,
+                policy: PolicyKind::NextUse,
+                prefetch_window: window,
+                asynchronous: false,
+                recompute: RecomputeMode::Swap,
+                rebuild_room: RebuildRoom::AtSettle,
+                keeps_lineage: true,
+                state: StateResidency::Movable,
+                keeps_state: false,
+                extra_recipes: ExtraRecipes::NONE,
+            };
+            let mut sim = Sim::new(
+                &self.tape,
+                &self.profile,
+                &self.plan,
+                &self.op_seconds,
+                &self.gaps,
+                settings,
+                Learnt::default(),
+            );
+            sim.place_sources(&Start::default());
+            sim
         }
     }
 
@@ -1820,20 +1820,8 @@ mod tests {
             .chain(10..18)
             .map(|id| (id, 1024))
             .collect();
-        let t = tape(&ops, &sizes, &[]);
-        let profile = slow_device();
-        let plan = carry::repeating_plan(&t, &carry::pairs(&t));
-        let (op_seconds, gaps) = (vec![1e-6; 8], (vec![0.0; 8], 0.0));
-        let mut sim = Sim::new(
-            &t,
-            &profile,
-            &plan,
-            &op_seconds,
-            &gaps,
-            roomy(4),
-            Learnt::default(),
-        );
-        sim.place_sources(&Start::default());
+        let step = Step::new(tape(&ops, &sizes, &[]), 1e-6);
+        let mut sim = step.roomy(4);
         // Prefetched for op 7 and evicted unread at op 5, two ops before that use.
         sim.prefetched.insert(1);
         sim.evict(1, 0.0, 5);
@@ -1850,28 +1838,19 @@ mod tests {
     #[test]
     fn a_late_prefetch_read_by_its_op_is_no_waste() {
         // Tensor 1 comes from before the step and is read by op 0 and by op 2.
-        let t = tape(
-            &[
-                ("float_exp", &[1], &[2]),
-                ("float_exp", &[2], &[3]),
-                ("float_add", &[3, 1], &[4]),
-            ],
-            &[(1, 1024), (2, 1024), (3, 1024), (4, 1024)],
-            &[],
+        let step = Step::new(
+            tape(
+                &[
+                    ("float_exp", &[1], &[2]),
+                    ("float_exp", &[2], &[3]),
+                    ("float_add", &[3, 1], &[4]),
+                ],
+                &[(1, 1024), (2, 1024), (3, 1024), (4, 1024)],
+                &[],
+            ),
+            1e-6,
         );
-        let profile = slow_device();
-        let plan = carry::repeating_plan(&t, &carry::pairs(&t));
-        let (op_seconds, gaps) = (vec![1e-6; 3], (vec![0.0; 3], 0.0));
-        let mut sim = Sim::new(
-            &t,
-            &profile,
-            &plan,
-            &op_seconds,
-            &gaps,
-            roomy(2),
-            Learnt::default(),
-        );
-        sim.place_sources(&Start::default());
+        let mut sim = step.roomy(2);
         sim.place.insert(1, Place::Host);
         sim.device -= 1024;
         sim.host += 1024;
@@ -1892,7 +1871,7 @@ mod tests {
     #[test]
     fn a_settle_takes_nothing_its_own_ops_read() {
         const KIB: u64 = 1024;
-        let growing = Growing::new();
+        let growing = Step::growing();
         let mut sim = growing.sim(RecomputeMode::Swap, Learnt::default());
         // 10 and 11 are read by op 6, the last; 20 by no op of the step.
         for id in [10, 11, 20] {
