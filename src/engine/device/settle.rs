@@ -890,6 +890,39 @@ mod tests {
         assert_settled_ahead(&engine);
     }
 
+    /// The transfer worker's settle leaves what the ops it makes room for read, as the op
+    /// thread's does. Dropping victims, the engine makes no room ahead: the pass to the target
+    /// is the settle's only one.
+    #[test]
+    fn the_transfer_workers_settle_leaves_what_its_ops_read_too() {
+        use crate::policy::recompute::RecomputeMode;
+        let tensor: Arc<dyn Spillable> = Arc::new(Counted);
+        // Ops 0-2 make 1 KiB each: with moves taking 2 ops to land, the settle makes their
+        // room, and its target is 3.5 KiB less 3, which the tensors read by op 11 alone do not
+        // reach.
+        let limits = Limits {
+            recompute: RecomputeMode::Recompute,
+            ..limits(7 * KIB / 2, 0, true)
+        };
+        let engine = engine_with(limits, plan());
+        engine.transfer_ops.store(2, Ordering::Relaxed);
+        let reads = [(1, 1, 0), (2, 11, 0), (3, 11, 1), (4, 11, 2), (5, 11, 3)];
+        on_device(&engine, &tensor, &reads);
+        engine.after_op();
+        engine.quiesce();
+        let index = lock(&engine.index);
+        assert_eq!(
+            index.tier_of(1),
+            Some(Tier::Device),
+            "op 1 reads it: it stays, short of the target"
+        );
+        assert!(
+            [2, 3, 4, 5]
+                .into_iter()
+                .all(|id| index.tier_of(id) == Some(Tier::Host))
+        );
+    }
+
     /// Under a behaviour of `both` that keeps the state on the device, a pass takes the step's
     /// activations first, however the policy ranks them, and the state only when they fall
     /// short and the pass takes tensors needed soon too (never for a prefetch's room).
