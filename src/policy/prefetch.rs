@@ -114,13 +114,13 @@ pub const MAX_HALVINGS: u32 = 16;
 
 /// A tensor's wasted prefetches for one of its uses ([`WastedFor`]): brought back and evicted
 /// again before that use, the device too full between the two. From then on the tensor is
-/// fetched nearer that use: half as far ahead
-/// for each waste, and no further ahead than where it was last evicted (down to the op before
-/// its use), so that it lands where the device has room for it instead of moving twice. A
-/// prefetch kept from the tensor altogether (as one was for a few steps after each waste, until
-/// 2026-12-06) makes its op wait for the whole move: in the GPT's optimizer, which streams its
-/// state over the link with room to spare near each use, each Adam update waited about 190 µs
-/// for a moment fetched at its op (`docs/planner.md`, "A wasted prefetch comes nearer").
+/// fetched nearer that use: half as far ahead for each waste, and no further ahead than where
+/// it was last evicted (down to the op before its use), so that it lands where the device has
+/// room for it instead of moving twice. A prefetch kept from the tensor altogether (as one was
+/// for a few steps after each waste, until 2026-12-06) makes its op wait for the whole move: in
+/// the GPT's optimizer, which streams its state over the link with room to spare near each use,
+/// each Adam update waited about 190 µs for a moment fetched at its op (`docs/planner.md`, "A
+/// wasted prefetch comes nearer").
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Wasted {
     halvings: u32,
