@@ -124,6 +124,8 @@ pub struct UsePlan {
     growth: Vec<Growth>,
     /// The largest [`headroom`](Self::headroom) at any position and lookahead.
     max_headroom: u64,
+    /// Per position: [`peak_ahead`](Self::peak_ahead).
+    peaks_ahead: Vec<PeakAhead>,
     /// Per position: the bytes its op needs on the device by itself (distinct inputs and
     /// outputs).
     op_bytes: Vec<u64>,
@@ -229,6 +231,58 @@ fn op_bytes_of(tape: &StepTape, len: u32) -> Vec<u64> {
     out
 }
 
+/// The room a step's ops need at their most, seen from one position (see
+/// [`UsePlan::peak_ahead`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PeakAhead {
+    /// Bytes the ops add to the live bytes, at most, before any of their own frees make up
+    /// for it.
+    pub room: u64,
+    /// How many ops after the position the most is reached (0: at the position's own op).
+    pub after: u32,
+}
+
+/// [`UsePlan::peak_ahead`] for every position, over a window of one step that wraps: the
+/// live level's highest point ahead of each position less the level there, by a sliding
+/// window maximum (a monotonic queue) over the step written twice, in linear time.
+fn peaks_ahead(growth: &[Growth]) -> Vec<PeakAhead> {
+    let len = growth.len();
+    if len == 0 {
+        return Vec::new();
+    }
+    // level[t]: net bytes added by the positions before t; high[t]: the level at t's op, its
+    // outputs made and nothing after it freed yet.
+    let mut level = Vec::with_capacity(2 * len + 1);
+    let mut high = Vec::with_capacity(2 * len);
+    level.push(0i64);
+    for t in 0..2 * len {
+        let g = growth[t % len];
+        high.push(level[t] + g.allocated as i64);
+        level.push(level[t] + g.allocated as i64 - g.freed as i64);
+    }
+    let mut out = vec![PeakAhead::default(); len];
+    // Positions in the window, by falling `high` (the front is the window's highest).
+    let mut window: std::collections::VecDeque<usize> = std::collections::VecDeque::new();
+    // Walk backwards: the window of `now` is `now..now + len`.
+    for now in (0..2 * len).rev() {
+        while window.back().is_some_and(|&t| high[t] <= high[now]) {
+            window.pop_back();
+        }
+        window.push_back(now);
+        while window.front().is_some_and(|&t| t >= now + len) {
+            window.pop_front();
+        }
+        if now < len {
+            let top = window[0];
+            out[now] = PeakAhead {
+                room: (high[top] - level[now]).max(0) as u64,
+                after: (top - now) as u32,
+            };
+        }
+    }
+    out
+}
+
 /// Per position of `tape`'s stepping thread, the bytes allocated and freed there.
 fn growth_of(tape: &StepTape, len: u32) -> Vec<Growth> {
     let mut growth = vec![Growth::default(); len as usize];
@@ -294,6 +348,7 @@ impl UsePlan {
             recorded_peak,
             growth: growth_of(tape, len),
             max_headroom: 0,
+            peaks_ahead: Vec::new(),
             op_bytes: op_bytes_of(tape, len),
             resolved: FastMap::default(),
             arena: Vec::new(),
@@ -304,7 +359,19 @@ impl UsePlan {
             .map(|now| plan.headroom(now, MAX_HEADROOM_LOOKAHEAD))
             .max()
             .unwrap_or(0);
+        plan.peaks_ahead = peaks_ahead(&plan.growth);
         plan
+    }
+
+    /// The most room the ops of one whole step from position `now` on (wrapping into the next
+    /// step) need at any moment, as [`headroom`](Self::headroom) counts it with no limit on the
+    /// lookahead, and how many ops after `now` they need it. Unlike `headroom`, read once per
+    /// position from a table the plan builds, so it costs an op nothing to ask.
+    pub fn peak_ahead(&self, now: u32) -> PeakAhead {
+        match self.peaks_ahead.len() {
+            0 => PeakAhead::default(),
+            len => self.peaks_ahead[now as usize % len],
+        }
     }
 
     /// The most room the plan ever asks to keep free ([`headroom`](Self::headroom) at its
@@ -664,6 +731,21 @@ mod tests {
         assert_eq!(plan.headroom(1, 0), 8);
         // g adds 4 more before x's output is freed after it.
         assert_eq!(plan.headroom_curve(0, 3), vec![4, 12, 16]);
+        // A whole step ahead, from the table: 16 at g, reached first there (h ties it).
+        assert_eq!(plan.peak_ahead(0), PeakAhead { room: 16, after: 2 });
+        assert_eq!(plan.peak_ahead(4), plan.peak_ahead(0), "positions wrap");
+        for now in 0..plan.len() {
+            let PeakAhead { room, after } = plan.peak_ahead(now);
+            assert_eq!(room, plan.headroom(now, plan.len()), "at {now}");
+            assert_eq!(
+                plan.headroom(now, after + 1),
+                room,
+                "reached {after} ops on"
+            );
+            if after > 0 {
+                assert!(plan.headroom(now, after) < room, "first reached there");
+            }
+        }
     }
 
     #[test]
