@@ -5,7 +5,7 @@
 //! dry-run simulation ([`crate::plan`]) both call these, so that the simulation predicts what
 //! the engine does rather than what a copy of it would.
 
-use super::plan::{MAX_HEADROOM_LOOKAHEAD, NextUse, PlanKey, UsePlan};
+use super::plan::{MAX_HEADROOM_LOOKAHEAD, NextUse, PeakAhead, PlanKey, UsePlan};
 
 /// The largest lead a late tensor's prefetch trigger moves to, in ops beyond the window.
 pub const MAX_LEAD: u32 = 64;
@@ -248,6 +248,39 @@ fn link_lookahead(plan: &UsePlan, now: u32, pace: Pace) -> u32 {
     furthest
 }
 
+/// Room for the step's coming peak, made early while the link to the host is idle: the device
+/// level to evict down to (the budget less the room the ops need at their most over the next
+/// whole step, [`UsePlan::peak_ahead`]) and how many ops ahead that most is reached (only
+/// tensors used after it may go). `None` when the link can make that room in time on its own:
+/// the bytes that must leave before the peak (`committed` device bytes plus its room, less the
+/// budget) take no longer at the measured eviction pace than the ops before it compute.
+///
+/// Why: the settle looks at most [`MAX_HEADROOM_LOOKAHEAD`] ops ahead, and where a forward
+/// pass's activations outgrow a PCIe link, its evictions queue behind each other and the
+/// backward waits behind them, while the link sat idle through the optimizer's last ops and
+/// the forward's first. What Belady's MIN evicts for the peak anyway (tensors used after it,
+/// the optimizer's state first) can leave then. On a CPU backend, whose moves are buffer
+/// handovers, the link is rarely behind and little leaves early.
+pub fn early_room(
+    budget: u64,
+    plan: &UsePlan,
+    now: u32,
+    committed: u64,
+    pace: Pace,
+) -> Option<(u64, u32)> {
+    let Pace {
+        evict_seconds_per_byte: per_byte,
+        op_seconds,
+    } = pace;
+    if !(per_byte > 0.0 && op_seconds > 0.0) {
+        return None;
+    }
+    let PeakAhead { room, after } = plan.peak_ahead(now);
+    let must_leave = (committed + room).saturating_sub(budget);
+    (must_leave as f64 * per_byte > f64::from(after) * op_seconds)
+        .then(|| (budget.saturating_sub(room), after))
+}
+
 /// How many ops beyond [`settle_target`]'s an eviction pass that runs anyway also makes room
 /// for (see [`settle_ahead`]).
 pub const SETTLE_AHEAD_OPS: u32 = 8;
@@ -393,6 +426,41 @@ mod tests {
             op_seconds: f64::MIN_POSITIVE,
         };
         assert_eq!(settle_lookahead(&plan, 0, 0, instant_ops), 5);
+    }
+
+    #[test]
+    fn room_for_the_peak_is_made_early_only_when_the_link_would_fall_behind() {
+        const KIB: u64 = 1024;
+        const MS: f64 = 1e-3;
+        // Op k's room is k + 1 KiB, and 6 KiB from op 5 on: the peak is 5 ops ahead of op 0.
+        let plan = UsePlan::from_tape(&crate::plan::tests::growing_tape(), None);
+        let PeakAhead { room, after } = plan.peak_ahead(0);
+        assert_eq!((room, after), (6 * KIB, 5));
+        let pace = |evict_ms_per_kib: f64, op_ms: f64| Pace {
+            evict_seconds_per_byte: evict_ms_per_kib * MS / KIB as f64,
+            op_seconds: op_ms * MS,
+        };
+        let budget = 8 * KIB;
+        // 6 KiB on the device: 4 KiB must leave before the peak.
+        let committed = 6 * KIB;
+        // Nothing measured yet: nothing early.
+        assert_eq!(
+            early_room(budget, &plan, 0, committed, Pace::default()),
+            None
+        );
+        // 4 KiB leave in 0.4 ms, the 5 ops before the peak run 5 ms: in time without it.
+        assert_eq!(
+            early_room(budget, &plan, 0, committed, pace(0.1, 1.0)),
+            None
+        );
+        // 4 KiB leave in 8 ms: down to the budget less the peak's room, from tensors used
+        // after the peak.
+        assert_eq!(
+            early_room(budget, &plan, 0, committed, pace(2.0, 1.0)),
+            Some((2 * KIB, 5))
+        );
+        // Only what must leave counts: with 2 KiB on the device nothing must.
+        assert_eq!(early_room(budget, &plan, 0, 2 * KIB, pace(2.0, 1.0)), None);
     }
 
     #[test]
