@@ -37,6 +37,7 @@ pub(crate) fn choose(
                 recompute: behaviour.victims,
                 rebuild_room: behaviour.rebuild_room,
                 keeps_state: behaviour.keeps_state,
+                evicts_early: behaviour.evicts_early,
                 ..settings
             };
             (

@@ -210,6 +210,8 @@ fn run(
         state: assumptions.state,
         // Under `both` each behaviour says (see `behaviour::choose`).
         keeps_state: config.get_keep_state().unwrap_or(false),
+        // Under `both` each behaviour says; the other modes never make room early.
+        evicts_early: false,
         extra_recipes: assumptions.extra_recipes,
     };
     let unlimited = simulate(

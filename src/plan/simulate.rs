@@ -72,6 +72,9 @@ pub(crate) struct Settings {
     /// Whether the state leaves only when other victims fall short (a behaviour `both` may
     /// choose: [`Behaviour::keeps_state`](crate::policy::recompute::Behaviour::keeps_state)).
     pub keeps_state: bool,
+    /// Whether the settle makes room early for the step's peak (a behaviour `both` may
+    /// choose: [`Behaviour::evicts_early`](crate::policy::recompute::Behaviour::evicts_early)).
+    pub evicts_early: bool,
     /// Recipes assumed for ops the engine keeps none for (a what-if: the engine's own dry run
     /// assumes none).
     pub extra_recipes: ExtraRecipes,
@@ -225,6 +228,12 @@ struct Sim<'a> {
     in_flight: Vec<TensorId>,
     last_use: HashMap<TensorId, u64>,
     prefetched: HashSet<TensorId>,
+    /// The latest early pass ([`decide::early_room`]) that found no victim, by the absolute
+    /// position of its peak, and the tensors read or made resident since: a later pass for a
+    /// peak as late or later runs only when one of them could be taken (the engine's
+    /// `room_still_fruitless`).
+    early_fruitless: Option<u32>,
+    touched: Vec<TensorId>,
     /// Device bytes of tensors resident, arriving or leaving.
     device: u64,
     /// Of those, leaving (freed when their copies are done).
@@ -428,6 +437,8 @@ impl<'a> Sim<'a> {
             in_flight: Vec::new(),
             last_use: HashMap::default(),
             prefetched: HashSet::default(),
+            early_fruitless: None,
+            touched: Vec::new(),
             device: 0,
             leaving: 0,
             host: 0,
@@ -465,11 +476,15 @@ impl<'a> Sim<'a> {
     /// the engine's `settle_point` decides it: from what prefetches took to land, and the
     /// evictions' pace so far against the ops'.
     fn settle_ops(&self, now: u32) -> u32 {
-        let pace = decide::Pace {
+        decide::settle_lookahead(self.plan, now, self.learnt.transfer_ops, self.pace())
+    }
+
+    /// How fast evictions have left against how fast ops run, as the engine's `pace` reads it.
+    fn pace(&self) -> decide::Pace {
+        decide::Pace {
             evict_seconds_per_byte: self.learnt.moves.to_host.seconds_per_byte(),
             op_seconds: self.mean_op_seconds,
-        };
-        decide::settle_lookahead(self.plan, now, self.learnt.transfer_ops, pace)
+        }
     }
 
     /// Bytes of the dropped tensors rebuilt within [`decide::rebuild_reach`] of position `now`,
@@ -668,6 +683,9 @@ impl<'a> Sim<'a> {
                 }
                 None => {
                     self.place.insert(id, Place::Device);
+                    if self.early_fruitless.is_some() {
+                        self.touched.push(id);
+                    }
                 }
             }
         }
@@ -1199,6 +1217,31 @@ impl<'a> Sim<'a> {
         for id in &inputs {
             self.last_use.insert(*id, i as u64 + 1);
         }
+        if self.early_fruitless.is_some() {
+            self.touched.extend(inputs.iter().chain(&op.outputs));
+        }
+    }
+
+    /// Evicts down to `level` from tensors used after `beyond`, for the step's coming peak,
+    /// unless a pass for a peak as late or earlier found no victim and no tensor read or made
+    /// resident since could be one.
+    fn make_room_early(&mut self, level: u64, beyond: u32, op: usize, now: u32, here: bool) -> f64 {
+        if let Some(fruitless) = self.early_fruitless
+            && fruitless <= beyond
+            && !self.touched.iter().any(|&id| {
+                self.place.get(&id) == Some(&Place::Device)
+                    && matches!(self.next_use(id, now), NextUse::In(d) if now + d > beyond)
+            })
+        {
+            self.touched.clear();
+            return self.clock;
+        }
+        let moved = self.out.evictions + self.out.drops;
+        let none = HashSet::default();
+        let done = self.evict_down_to(level, op, now, &none, Takes::UsedAfter(beyond), here);
+        self.early_fruitless = (self.out.evictions + self.out.drops == moved).then_some(beyond);
+        self.touched.clear();
+        done
     }
 
     /// When enough of what is leaving the device has left for it to hold at most `target`
@@ -1351,7 +1394,15 @@ impl<'a> Sim<'a> {
         // used after them, as the engine's does (when it moves its victims).
         let ahead = (committed > target && !self.settings.recompute.may_drop())
             .then(|| decide::settle_ahead(budget, self.plan, now, settle_ops));
-        if committed > target || room.is_some() {
+        // Room for the step's coming peak while nothing is leaving, as the engine's settle
+        // point sets it when no eviction job is queued.
+        let early = if self.settings.evicts_early && self.queues.to_host <= self.clock {
+            decide::early_room(budget, self.plan, now, committed, self.pace())
+                .filter(|&(level, _)| committed > level)
+        } else {
+            None
+        };
+        if committed > target || room.is_some() || early.is_some() {
             let settled = ahead.map_or(target, |(level, _)| level.min(target));
             let lowest = room.map_or(settled, |(level, _)| level.min(settled));
             let history = self.learnt.moves.to_host;
@@ -1368,6 +1419,9 @@ impl<'a> Sim<'a> {
             if let Some((level, beyond)) = room {
                 let takes = Takes::UsedAfter(beyond);
                 done = done.max(self.evict_down_to(level, i, now, &none, takes, here));
+            }
+            if let Some((level, after)) = early {
+                done = done.max(self.make_room_early(level, now + after, i, now, here));
             }
             if here {
                 here_done = here_done.max(done);
@@ -1462,6 +1516,7 @@ mod tests {
                 keeps_lineage: true,
                 state: StateResidency::Movable,
                 keeps_state: false,
+                evicts_early: false,
                 extra_recipes: ExtraRecipes::NONE,
             };
             Sim::new(
@@ -1531,6 +1586,7 @@ mod tests {
                 keeps_lineage: true,
                 state: StateResidency::Movable,
                 keeps_state: false,
+                evicts_early: false,
                 extra_recipes: ExtraRecipes::NONE,
             };
             let learnt = Learnt::default();
@@ -1689,6 +1745,7 @@ mod tests {
                 keeps_lineage: true,
                 state: StateResidency::Movable,
                 keeps_state: false,
+                evicts_early: false,
                 extra_recipes: ExtraRecipes::NONE,
             };
             let mut sim = Sim::new(
@@ -1730,6 +1787,76 @@ mod tests {
                 assert_eq!(gone, 1, "dropping: the target's one only: {:?}", sim.place);
             }
         }
+    }
+
+    /// Under a behaviour that makes room early, the dry run's settle evicts what the step's
+    /// peak needs the room of on a slow link, from tensors used after the peak, though the
+    /// peak is beyond the settle's reach; as the engine's does
+    /// (`a_behaviour_that_evicts_early_makes_the_peaks_room_on_a_slow_link`).
+    #[test]
+    fn room_for_the_peak_is_made_early_as_the_engine_makes_it() {
+        const KIB: u64 = 1024;
+        // Ops 0-69 read source 1 and make a tensor freed at once; ops 70-79 each make one the
+        // last op (80) reads with sources 2-5: the peak is op 79's, 10 KiB over the level
+        // before it, beyond the settle's 64 ops.
+        let scratch: Vec<u64> = (200..270).collect();
+        let made: Vec<u64> = (100..110).collect();
+        let mut ops: Vec<(&str, Vec<u64>, Vec<u64>)> = scratch
+            .iter()
+            .map(|&id| ("float_exp", vec![1], vec![id]))
+            .chain(made.iter().map(|&id| ("float_exp", Vec::new(), vec![id])))
+            .collect();
+        let last: Vec<u64> = [2, 3, 4, 5]
+            .into_iter()
+            .chain(made.iter().copied())
+            .collect();
+        ops.push(("float_add", last, Vec::new()));
+        let ops: Vec<(&str, &[u64], &[u64])> = ops
+            .iter()
+            .map(|(name, i, o)| (*name, i.as_slice(), o.as_slice()))
+            .collect();
+        let ids = (1..=5)
+            .chain(scratch.iter().copied())
+            .chain(made.iter().copied());
+        let sizes: Vec<(u64, u64)> = ids.map(|id| (id, KIB)).collect();
+        let drops: Vec<(u64, u32)> = (scratch.iter().zip(1..))
+            .chain(made.iter().map(|id| (id, 81)))
+            .map(|(&id, after_ops)| (id, after_ops))
+            .collect();
+        let step = Step::new(tape(&ops, &sizes, &drops), 1.5e-3);
+        let moved = |evicts_early: bool| {
+            let mut sim = step.sim(RecomputeMode::Swap, Learnt::default());
+            sim.settings.budget = 6 * KIB;
+            sim.settings.evicts_early = evicts_early;
+            sim.place_sources(&Start::default());
+            assert_eq!(sim.device, 5 * KIB, "the sources start on the device");
+            // Evictions measured at 10 µs each plus 20 ms a KiB: the 9 KiB that must leave
+            // before the peak take longer than the 78 ops before it run.
+            let to_host = &mut sim.learnt.moves.to_host;
+            to_host.add(4, std::time::Duration::from_micros(10));
+            for _ in 0..4 {
+                to_host.add(KIB, std::time::Duration::from_micros(20_010));
+            }
+            sim.after_op(0);
+            let mut gone: Vec<u64> = sim
+                .place
+                .iter()
+                .filter(|(_, place)| !matches!(place, Place::Device))
+                .map(|(id, _)| *id)
+                .collect();
+            gone.sort_unstable();
+            gone
+        };
+        assert_eq!(
+            moved(true),
+            vec![2, 3, 4, 5],
+            "not 1, which the next ops read"
+        );
+        assert_eq!(
+            moved(false),
+            Vec::<u64>::new(),
+            "the settle's reach asks for nothing"
+        );
     }
 
     /// A prefetched tensor evicted again unread is fetched nearer its use, as the engine
@@ -1786,6 +1913,7 @@ mod tests {
                 keeps_lineage: true,
                 state: StateResidency::Movable,
                 keeps_state: false,
+                evicts_early: false,
                 extra_recipes: ExtraRecipes::NONE,
             };
             let mut sim = Sim::new(

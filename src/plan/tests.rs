@@ -869,6 +869,7 @@ fn a_behaviour_keeping_the_state_moves_it_only_when_activations_fall_short() {
             keeps_lineage: true,
             state: StateResidency::Movable,
             keeps_state,
+            evicts_early: false,
             extra_recipes: super::what_if::ExtraRecipes::NONE,
         };
         let (op_seconds, gaps) = (cost::op_seconds(t, &p), cost::host_gaps(t, &p));
@@ -912,12 +913,12 @@ fn the_configured_keep_state_is_what_the_dry_run_follows() {
         assert_eq!(run.simulated.over_budget_ops, 0, "{budget}: {run:?}");
         assert_eq!(
             run.both_predicted.len(),
-            7,
+            14,
             "{budget}: {:?}",
             run.both_predicted
         );
     }
-    // Unset, `both` dry-runs all fourteen behaviours.
+    // Unset, `both` dry-runs all twenty-eight behaviours.
     let both = dry_run(&t, &p, &config(26 * MIB).recompute(RecomputeMode::Both)).unwrap();
-    assert_eq!(both.both_predicted.len(), 14);
+    assert_eq!(both.both_predicted.len(), 28);
 }

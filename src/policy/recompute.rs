@@ -403,6 +403,12 @@ pub struct Behaviour {
     /// compute hides.
     #[serde(default)]
     pub keeps_state: bool,
+    /// Whether the settle also makes room early for the step's coming peak while no eviction
+    /// is under way ([`early_room`](super::prefetch::early_room)): on a link slower than the
+    /// ops, the forward's evictions then start in the optimizer's last ops instead of queueing
+    /// behind each other, at the cost of moving some tensors a just-in-time settle would not.
+    #[serde(default)]
+    pub evicts_early: bool,
 }
 
 /// Where the engine makes room ahead for the rebuilds of dropped tensors. A rebuild's bytes
@@ -475,6 +481,15 @@ impl Behaviour {
             victims,
             rebuild_room,
             keeps_state: false,
+            evicts_early: false,
+        }
+    }
+
+    /// This behaviour, also making room early for the step's coming peak.
+    pub const fn evicting_early(self) -> Self {
+        Behaviour {
+            evicts_early: true,
+            ..self
         }
     }
 
@@ -504,6 +519,9 @@ impl fmt::Display for Behaviour {
         if self.keeps_state {
             f.write_str(", keeping the state on the device")?;
         }
+        if self.evicts_early {
+            f.write_str(", making room early for the peak")?;
+        }
         Ok(())
     }
 }
@@ -513,8 +531,9 @@ impl fmt::Display for Behaviour {
 /// dropping every victim the memory rule allows; each dropping one with room for rebuilds made
 /// by the settle only, beside prefetches, or in the prefetch walk (moving every victim
 /// rebuilds nothing, so where room for rebuilds is made changes nothing); then each of those
-/// seven keeping the step's state on the device while other victims suffice.
-pub const BEHAVIOURS: [Behaviour; 14] = [
+/// seven keeping the step's state on the device while other victims suffice; then each of
+/// those fourteen making room early for the step's peak.
+pub const BEHAVIOURS: [Behaviour; 28] = [
     Behaviour::new(RecomputeMode::Both, RebuildRoom::AtSettle),
     Behaviour::new(RecomputeMode::Both, RebuildRoom::BesidePrefetches),
     Behaviour::new(RecomputeMode::Both, RebuildRoom::InPrefetchWalk),
@@ -529,6 +548,34 @@ pub const BEHAVIOURS: [Behaviour; 14] = [
     Behaviour::new(RecomputeMode::Recompute, RebuildRoom::AtSettle).keeping_state(),
     Behaviour::new(RecomputeMode::Recompute, RebuildRoom::BesidePrefetches).keeping_state(),
     Behaviour::new(RecomputeMode::Recompute, RebuildRoom::InPrefetchWalk).keeping_state(),
+    Behaviour::new(RecomputeMode::Both, RebuildRoom::AtSettle).evicting_early(),
+    Behaviour::new(RecomputeMode::Both, RebuildRoom::BesidePrefetches).evicting_early(),
+    Behaviour::new(RecomputeMode::Both, RebuildRoom::InPrefetchWalk).evicting_early(),
+    Behaviour::new(RecomputeMode::Swap, RebuildRoom::AtSettle).evicting_early(),
+    Behaviour::new(RecomputeMode::Recompute, RebuildRoom::AtSettle).evicting_early(),
+    Behaviour::new(RecomputeMode::Recompute, RebuildRoom::BesidePrefetches).evicting_early(),
+    Behaviour::new(RecomputeMode::Recompute, RebuildRoom::InPrefetchWalk).evicting_early(),
+    Behaviour::new(RecomputeMode::Both, RebuildRoom::AtSettle)
+        .keeping_state()
+        .evicting_early(),
+    Behaviour::new(RecomputeMode::Both, RebuildRoom::BesidePrefetches)
+        .keeping_state()
+        .evicting_early(),
+    Behaviour::new(RecomputeMode::Both, RebuildRoom::InPrefetchWalk)
+        .keeping_state()
+        .evicting_early(),
+    Behaviour::new(RecomputeMode::Swap, RebuildRoom::AtSettle)
+        .keeping_state()
+        .evicting_early(),
+    Behaviour::new(RecomputeMode::Recompute, RebuildRoom::AtSettle)
+        .keeping_state()
+        .evicting_early(),
+    Behaviour::new(RecomputeMode::Recompute, RebuildRoom::BesidePrefetches)
+        .keeping_state()
+        .evicting_early(),
+    Behaviour::new(RecomputeMode::Recompute, RebuildRoom::InPrefetchWalk)
+        .keeping_state()
+        .evicting_early(),
 ];
 
 /// Which of [`BEHAVIOURS`] `both` runs the steps of a plan with, from the step time a dry run
@@ -940,10 +987,12 @@ mod tests {
                 .collect();
             assert_eq!(
                 allowed.len(),
-                6,
-                "{room}: weighing, moving, dropping, each keeping the state or not"
+                12,
+                "{room}: weighing, moving, dropping, each keeping the state or not, each making \
+                 room early or not"
             );
-            assert_eq!(allowed.iter().filter(|b| b.keeps_state).count(), 3);
+            assert_eq!(allowed.iter().filter(|b| b.keeps_state).count(), 6);
+            assert_eq!(allowed.iter().filter(|b| b.evicts_early).count(), 6);
             assert!(
                 allowed
                     .iter()
@@ -956,7 +1005,7 @@ mod tests {
                 .iter()
                 .filter(|b| b.allowed_by(None, Some(keep)))
                 .collect();
-            assert_eq!(allowed.len(), 7, "keep_state {keep}");
+            assert_eq!(allowed.len(), 14, "keep_state {keep}");
             assert!(allowed.iter().all(|b| b.keeps_state == keep));
         }
         let err = "anywhere".parse::<RebuildRoom>().unwrap_err().to_string();

@@ -167,6 +167,13 @@ impl DeviceEngine {
         }
     }
 
+    /// Whether the settle makes room early for the step's coming peak: under `both`, when the
+    /// behaviour of the plan in force says so (never in the other modes).
+    pub(super) fn evicts_early(&self, limits: &Limits) -> bool {
+        self.chosen_behaviour(limits)
+            .is_some_and(|behaviour| behaviour.evicts_early)
+    }
+
     /// Under `both` with a budget, once a plan chose it: the behaviour the planned steps run
     /// with (what [`crate::RecomputeStats::behaviour`] reports).
     pub(super) fn chosen_behaviour(&self, limits: &Limits) -> Option<Behaviour> {
@@ -208,6 +215,7 @@ impl DeviceEngine {
             keeps_lineage: !self.queues().fuses_ops(),
             state: plan::StateResidency::Movable,
             keeps_state: false,
+            evicts_early: false,
             // The engine's own recipes: it predicts what it will do.
             extra_recipes: plan::ExtraRecipes::NONE,
         };

@@ -28,6 +28,8 @@ pub(super) struct SettleGoal {
     /// See [`SettlePoint::spares_until`].
     pub(super) spares_until: Option<u64>,
     pub(super) room: Option<Room>,
+    /// See [`SettlePoint::early`].
+    pub(super) early: Option<Room>,
     /// Bumped at every change, so that a goal set while the job finished is not lost.
     pub(super) generation: u64,
 }
@@ -47,6 +49,11 @@ pub(super) struct SettlePoint {
     /// The pass to the target leaves alone the tensors they read ([`Takes::AllButReadUntil`]);
     /// without a plan, only the next op's ([`Takes::AllButNextOp`]).
     pub(super) spares_until: Option<u64>,
+    /// Under a `both` behaviour that makes room early, when no eviction is under way: the room
+    /// the step's coming peak needs, from tensors used after it (see
+    /// [`early_room`](crate::policy::prefetch::early_room)). Below the target, it sets the
+    /// trigger.
+    pub(super) early: Option<Room>,
 }
 
 impl SettlePoint {
@@ -58,10 +65,11 @@ impl SettlePoint {
     /// The lowest level an eviction that `committed` device bytes set off may bring the
     /// device to.
     fn lowest(&self, committed: u64) -> u64 {
-        match self.ahead {
+        let settled = match self.ahead {
             Some(ahead) if committed > self.trigger => ahead.level.min(self.target),
             _ => self.target,
-        }
+        };
+        self.early.map_or(settled, |early| early.level.min(settled))
     }
 }
 
@@ -164,10 +172,10 @@ impl DeviceEngine {
                     self.make_room_for(room);
                 }
             } else {
-                let (target, ahead, spares_until) = if committed > point.trigger {
-                    (point.target, point.ahead, point.spares_until)
+                let (target, ahead, spares_until, early) = if committed > point.trigger {
+                    (point.target, point.ahead, point.spares_until, point.early)
                 } else {
-                    (u64::MAX, None, None)
+                    (u64::MAX, None, None, None)
                 };
                 {
                     // A job already queued takes the new goal when it runs.
@@ -176,6 +184,7 @@ impl DeviceEngine {
                     goal.ahead = ahead;
                     goal.spares_until = spares_until;
                     goal.room = room;
+                    goal.early = early;
                     goal.generation += 1;
                 }
                 if !self.settle_queued.swap(true, Ordering::AcqRel) {
@@ -261,6 +270,16 @@ impl DeviceEngine {
                         Takes::UsedAfter(room.beyond),
                     );
                 }
+                // The peak's room last: nothing the next ops wait for depends on it.
+                if let (Eviction::Reached | Eviction::NoVictims, Some(early)) =
+                    (outcome, goal.early)
+                {
+                    outcome = self.evict_until_within(
+                        early.level,
+                        SETTLE_SLICE_BYTES,
+                        Takes::UsedAfter(early.beyond),
+                    );
+                }
                 if outcome == Eviction::Sliced {
                     // Still marked queued: the rest goes behind whatever came meanwhile.
                     self.transfers.submit(self, Lane::Transfer, Job::Settle);
@@ -319,29 +338,43 @@ impl DeviceEngine {
                 // Looked for only when an eviction runs (most ops under a budget run none), and
                 // only on a device that moves its victims (see `settle_ahead`).
                 let placement = Placement { plan, step, now };
-                let ahead = (!drops && self.device_committed() > target).then(|| {
+                let committed = self.device_committed();
+                let ahead = (!drops && committed > target).then(|| {
                     let (level, after) = decide::settle_ahead(budget, plan, now, transfer_ops);
                     Room {
                         level,
                         beyond: placement.absolute(after),
                     }
                 });
-                Some((target, ahead, placement.absolute(transfer_ops)))
+                // While an eviction job is queued the link is busy: room made early would
+                // only queue behind it.
+                let early = (self.evicts_early(limits)
+                    && !self.settle_queued.load(Ordering::Acquire))
+                .then(|| decide::early_room(budget, plan, now, committed, self.pace()))
+                .flatten()
+                .filter(|&(level, _)| committed > level)
+                .map(|(level, after)| Room {
+                    level,
+                    beyond: placement.absolute(after),
+                });
+                Some((target, ahead, placement.absolute(transfer_ops), early))
             }
             _ => None,
         };
         match planned {
-            Some((target, ahead, spares_until)) => SettlePoint {
-                trigger: target,
+            Some((target, ahead, spares_until, early)) => SettlePoint {
+                trigger: early.map_or(target, |early| early.level.min(target)),
                 target,
                 ahead,
                 spares_until: Some(spares_until),
+                early,
             },
             None => SettlePoint {
                 trigger: limits.high_water,
                 target: limits.low_water,
                 ahead: None,
                 spares_until: None,
+                early: None,
             },
         }
     }
@@ -396,6 +429,9 @@ impl DeviceEngine {
             self.make_room_for(ahead);
         }
         self.make_room(point.target, point.takes());
+        if let Some(early) = point.early {
+            self.make_room_for(early);
+        }
     }
 
     pub(super) fn settle_at(&self, limits: &Limits, point: SettlePoint) {
@@ -987,6 +1023,96 @@ mod tests {
             moved_with(true, 3, Takes::UsedAfter(0)),
             vec![100, 101],
             "room for a prefetch is not made with the state"
+        );
+    }
+
+    /// Under a behaviour of `both` that makes room early, on a link slower than the ops, the
+    /// settle evicts now what the step's peak needs the room of, from tensors used after it,
+    /// though its target asks for nothing yet; not on a fast link, not while an eviction job is
+    /// queued, and never under the same behaviour without it.
+    #[test]
+    fn a_behaviour_that_evicts_early_makes_the_peaks_room_on_a_slow_link() {
+        use crate::policy::recompute::{Behaviour, RebuildRoom, RecomputeMode};
+        let run = |evicts_early: bool, evict_per_kib: Duration, job_queued: bool, worker: bool| {
+            let tensor: Arc<dyn Spillable> = Arc::new(Counted);
+            let limits = Limits {
+                recompute: RecomputeMode::Both,
+                ..limits(6 * KIB, 0, worker)
+            };
+            let engine = engine_with(limits, plan());
+            let swap = Behaviour::new(RecomputeMode::Swap, RebuildRoom::AtSettle);
+            let behaviour = if evicts_early {
+                swap.evicting_early()
+            } else {
+                swap
+            };
+            engine.behaviour.land(0, behaviour);
+            // Tensors 1-5 on the device (op 1 reads 1, op 11 reads 2-5): 5 KiB, the budget
+            // less op 0's room, so the target asks for nothing. Ops 0-10 each make 1 KiB: the
+            // peak is at op 10, 11 KiB over the level now.
+            on_device(
+                &engine,
+                &tensor,
+                &[(1, 1, 0), (2, 11, 0), (3, 11, 1), (4, 11, 2), (5, 11, 3)],
+            );
+            // Moves measured at 10 µs each plus `evict_per_kib` (a 4-byte one tells the fixed
+            // cost; each pair leaves the ledger's tiers as they were).
+            let fixed = Duration::from_micros(10);
+            let moves = [(4, fixed)]
+                .into_iter()
+                .chain([(KIB, fixed + evict_per_kib); 4]);
+            for (bytes, took) in moves {
+                let ledger = engine.ledger();
+                ledger.on_move(Direction::DeviceToHost, bytes, TensorRole::Other, took);
+                ledger.on_move(Direction::HostToDevice, bytes, TensorRole::Other, took);
+            }
+            engine
+                .op_seconds
+                .store(1.5e-3f64.to_bits(), Ordering::Relaxed);
+            engine.settle_queued.store(job_queued, Ordering::Relaxed);
+            let point = engine.settle_point(&engine.limits());
+            if worker {
+                // Evictions this slow go to the transfer worker's settle job.
+                engine.after_op();
+                engine.quiesce();
+            } else {
+                engine.settle();
+            }
+            let index = lock(&engine.index);
+            let moved: Vec<TensorId> = (1..=5)
+                .filter(|&id| index.tier_of(id) == Some(Tier::Host))
+                .collect();
+            (point.early.map(|room| room.level), moved)
+        };
+        let settled = |evicts_early, evict_per_kib, job_queued| {
+            run(evicts_early, evict_per_kib, job_queued, false)
+        };
+        let ms = Duration::from_millis;
+        // 10 KiB must leave before op 10; at 2 ms a KiB that is 20 ms against the 15 ms that
+        // ops 0-9 run: down to nothing (the budget is under the peak's room), taking what op 11
+        // reads, never what op 1 does.
+        assert_eq!(settled(true, ms(2), false), (Some(0), vec![2, 3, 4, 5]));
+        assert_eq!(
+            settled(false, ms(2), false),
+            (None, vec![]),
+            "not without it"
+        );
+        assert_eq!(
+            settled(true, ms(2), true),
+            (None, vec![]),
+            "not while an eviction job is queued"
+        );
+        // At 0.1 ms a KiB the 10 KiB leave in 1 ms: the settle's own room in time suffices.
+        let fast = Duration::from_micros(100);
+        assert_eq!(
+            settled(true, fast, false),
+            (None, vec![]),
+            "not on a fast link"
+        );
+        assert_eq!(
+            run(true, ms(2), false, true),
+            (Some(0), vec![2, 3, 4, 5]),
+            "the transfer worker's settle job makes it too"
         );
     }
 }
