@@ -733,6 +733,33 @@ mod tests {
         });
     }
 
+    /// An engine at the start of [`plan`]'s step under `both` with a 6 KiB budget, which has
+    /// chosen `behaviour` for the plan.
+    fn engine_under(
+        behaviour: crate::policy::recompute::Behaviour,
+        asynchronous: bool,
+    ) -> Arc<DeviceEngine> {
+        let limits = Limits {
+            recompute: crate::policy::RecomputeMode::Both,
+            ..limits(6 * KIB, 0, asynchronous)
+        };
+        let engine = engine_with(limits, plan());
+        engine.behaviour.land(0, behaviour);
+        assert_eq!(engine.chosen_behaviour(&engine.limits()), Some(behaviour));
+        engine
+    }
+
+    /// Moves measured at `fixed` each plus `per_kib` (a 4-byte one tells the fixed cost; each
+    /// pair leaves the ledger's tiers as they were).
+    fn measure_moves(engine: &DeviceEngine, fixed: Duration, per_kib: Duration) {
+        let moves = [(4, fixed)].into_iter().chain([(KIB, fixed + per_kib); 4]);
+        for (bytes, took) in moves {
+            let ledger = engine.ledger();
+            ledger.on_move(Direction::DeviceToHost, bytes, TensorRole::Other, took);
+            ledger.on_move(Direction::HostToDevice, bytes, TensorRole::Other, took);
+        }
+    }
+
     #[test]
     fn a_device_that_drops_its_victims_makes_only_the_next_ops_room() {
         let tensor: Arc<dyn Spillable> = Arc::new(Counted);
@@ -836,17 +863,8 @@ mod tests {
             // A device that drops its victims makes no room beyond the target's (see the test
             // above), so what leaves is what the target asks for.
             dropping(&engine);
-            // Moves measured at `fixed` each plus `evict_per_kib` (a 4-byte one tells the
-            // fixed cost; each pair leaves the ledger's tiers as they were), and the recorded
-            // step's ops at 1.5 ms each.
-            let moves = [(4, fixed)]
-                .into_iter()
-                .chain([(KIB, fixed + evict_per_kib); 4]);
-            for (bytes, took) in moves {
-                let ledger = engine.ledger();
-                ledger.on_move(Direction::DeviceToHost, bytes, TensorRole::Other, took);
-                ledger.on_move(Direction::HostToDevice, bytes, TensorRole::Other, took);
-            }
+            // The recorded step's ops at 1.5 ms each.
+            measure_moves(&engine, fixed, evict_per_kib);
             engine
                 .op_seconds
                 .store(1.5e-3f64.to_bits(), Ordering::Relaxed);
@@ -967,19 +985,13 @@ mod tests {
         use crate::policy::recompute::{Behaviour, RebuildRoom, RecomputeMode};
         let moved_with = |keeps_state: bool, want_kib: u64, takes: Takes<u64>| {
             let tensor: Arc<dyn Spillable> = Arc::new(Counted);
-            let limits = Limits {
-                recompute: RecomputeMode::Both,
-                ..limits(6 * KIB, 0, false)
-            };
-            let engine = engine_with(limits, plan());
             let swap = Behaviour::new(RecomputeMode::Swap, RebuildRoom::AtSettle);
             let behaviour = if keeps_state {
                 swap.keeping_state()
             } else {
                 swap
             };
-            engine.behaviour.land(0, behaviour);
-            assert_eq!(engine.chosen_behaviour(&engine.limits()), Some(behaviour));
+            let engine = engine_under(behaviour, false);
             // The state (2-5, from before the step) was used less recently than the
             // activations (100 and 101, made by ops 0 and 1); op 11 reads them all.
             on_device(
@@ -1035,18 +1047,13 @@ mod tests {
         use crate::policy::recompute::{Behaviour, RebuildRoom, RecomputeMode};
         let run = |evicts_early: bool, evict_per_kib: Duration, job_queued: bool, worker: bool| {
             let tensor: Arc<dyn Spillable> = Arc::new(Counted);
-            let limits = Limits {
-                recompute: RecomputeMode::Both,
-                ..limits(6 * KIB, 0, worker)
-            };
-            let engine = engine_with(limits, plan());
             let swap = Behaviour::new(RecomputeMode::Swap, RebuildRoom::AtSettle);
             let behaviour = if evicts_early {
                 swap.evicting_early()
             } else {
                 swap
             };
-            engine.behaviour.land(0, behaviour);
+            let engine = engine_under(behaviour, worker);
             // Tensors 1-5 on the device (op 1 reads 1, op 11 reads 2-5): 5 KiB, the budget
             // less op 0's room, so the target asks for nothing. Ops 0-10 each make 1 KiB: the
             // peak is at op 10, 11 KiB over the level now.
@@ -1055,17 +1062,7 @@ mod tests {
                 &tensor,
                 &[(1, 1, 0), (2, 11, 0), (3, 11, 1), (4, 11, 2), (5, 11, 3)],
             );
-            // Moves measured at 10 µs each plus `evict_per_kib` (a 4-byte one tells the fixed
-            // cost; each pair leaves the ledger's tiers as they were).
-            let fixed = Duration::from_micros(10);
-            let moves = [(4, fixed)]
-                .into_iter()
-                .chain([(KIB, fixed + evict_per_kib); 4]);
-            for (bytes, took) in moves {
-                let ledger = engine.ledger();
-                ledger.on_move(Direction::DeviceToHost, bytes, TensorRole::Other, took);
-                ledger.on_move(Direction::HostToDevice, bytes, TensorRole::Other, took);
-            }
+            measure_moves(&engine, Duration::from_micros(10), evict_per_kib);
             engine
                 .op_seconds
                 .store(1.5e-3f64.to_bits(), Ordering::Relaxed);
