@@ -1405,6 +1405,8 @@ impl<'a> Sim<'a> {
         if committed > target || room.is_some() || early.is_some() {
             let settled = ahead.map_or(target, |(level, _)| level.min(target));
             let lowest = room.map_or(settled, |(level, _)| level.min(settled));
+            // The peak's room counts too, as in the engine's `SettlePoint::lowest`.
+            let lowest = early.map_or(lowest, |(level, _)| level.min(lowest));
             let history = self.learnt.moves.to_host;
             let here = !asynchronous || self.runs_here(history, committed.saturating_sub(lowest));
             // The ahead part first, as the engine's `settle_to` does.

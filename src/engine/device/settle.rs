@@ -324,7 +324,8 @@ impl DeviceEngine {
                 // is known to be needed.
                 let (step, now) = self.recorder.position();
                 let transfer_ops = self.transfer_ops.load(Ordering::Relaxed);
-                let transfer_ops = decide::settle_lookahead(plan, now, transfer_ops, self.pace());
+                let pace = self.pace();
+                let transfer_ops = decide::settle_lookahead(plan, now, transfer_ops, pace);
                 let mut target = decide::settle_target(budget, plan, now, transfer_ops);
                 let drops = self.recompute_behaviour(limits).may_drop();
                 if drops {
@@ -350,7 +351,7 @@ impl DeviceEngine {
                 // only queue behind it.
                 let early = (self.evicts_early(limits)
                     && !self.settle_queued.load(Ordering::Acquire))
-                .then(|| decide::early_room(budget, plan, now, committed, self.pace()))
+                .then(|| decide::early_room(budget, plan, now, committed, pace))
                 .flatten()
                 .filter(|&(level, _)| committed > level)
                 .map(|(level, after)| Room {
