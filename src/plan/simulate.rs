@@ -1477,6 +1477,26 @@ mod tests {
     use super::*;
     use crate::plan::tests::{growing_tape, slow_device, tape};
 
+    /// A synchronous dry run's settings under `budget`, ranked by next use, with a prefetch
+    /// window of `window` ops, rebuild room made at the settle, the state moving like any
+    /// tensor and no room made early: what the tests vary from.
+    fn settings(budget: u64, window: u32, recompute: RecomputeMode) -> Settings {
+        Settings {
+            budget,
+            host_limit: None,
+            policy: PolicyKind::NextUse,
+            prefetch_window: window,
+            asynchronous: false,
+            recompute,
+            rebuild_room: RebuildRoom::AtSettle,
+            keeps_lineage: true,
+            state: StateResidency::Movable,
+            keeps_state: false,
+            evicts_early: false,
+            extra_recipes: ExtraRecipes::NONE,
+        }
+    }
+
     /// A step on the slow device, every op the same time: what the tests build a `Sim` from.
     struct Step {
         tape: StepTape,
@@ -1507,20 +1527,7 @@ mod tests {
 
         /// A synchronous dry run under 4 KiB, ranked by next use, with no prefetch window.
         fn sim(&self, recompute: RecomputeMode, learnt: Learnt) -> Sim<'_> {
-            let settings = Settings {
-                budget: 4 * 1024,
-                host_limit: None,
-                policy: PolicyKind::NextUse,
-                prefetch_window: 0,
-                asynchronous: false,
-                recompute,
-                rebuild_room: RebuildRoom::AtSettle,
-                keeps_lineage: true,
-                state: StateResidency::Movable,
-                keeps_state: false,
-                evicts_early: false,
-                extra_recipes: ExtraRecipes::NONE,
-            };
+            let settings = settings(4 * 1024, 0, recompute);
             Sim::new(
                 &self.tape,
                 &self.profile,
@@ -1578,18 +1585,8 @@ mod tests {
         let (op_seconds, gaps) = (vec![1e-6; 4], (vec![0.0; 4], 0.0));
         let prefetched = |rebuild_room| {
             let settings = Settings {
-                budget: 7 * KIB,
-                host_limit: None,
-                policy: PolicyKind::NextUse,
-                prefetch_window: 8,
-                asynchronous: false,
-                recompute: RecomputeMode::Recompute,
                 rebuild_room,
-                keeps_lineage: true,
-                state: StateResidency::Movable,
-                keeps_state: false,
-                evicts_early: false,
-                extra_recipes: ExtraRecipes::NONE,
+                ..settings(7 * KIB, 8, RecomputeMode::Recompute)
             };
             let learnt = Learnt::default();
             let mut sim = Sim::new(&t, &profile, &plan, &op_seconds, &gaps, settings, learnt);
@@ -1736,20 +1733,7 @@ mod tests {
         let (op_seconds, gaps) = (vec![1e-6; ops.len()], (vec![0.0; ops.len()], 0.0));
         let budget = 6 * KIB;
         for recompute in [RecomputeMode::Swap, RecomputeMode::Recompute] {
-            let settings = Settings {
-                budget,
-                host_limit: None,
-                policy: PolicyKind::NextUse,
-                prefetch_window: 0,
-                asynchronous: false,
-                recompute,
-                rebuild_room: RebuildRoom::AtSettle,
-                keeps_lineage: true,
-                state: StateResidency::Movable,
-                keeps_state: false,
-                evicts_early: false,
-                extra_recipes: ExtraRecipes::NONE,
-            };
+            let settings = settings(budget, 0, recompute);
             let mut sim = Sim::new(
                 &t,
                 &profile,
@@ -1904,20 +1888,7 @@ mod tests {
         /// A dry run whose budget never binds (swap only, synchronous, ranked by next use) with
         /// a prefetch window of `window` ops, its sources placed: the wasted-prefetch tests'.
         fn roomy(&self, window: u32) -> Sim<'_> {
-            let settings = Settings {
-                budget: 1 << 20,
-                host_limit: None,
-                policy: PolicyKind::NextUse,
-                prefetch_window: window,
-                asynchronous: false,
-                recompute: RecomputeMode::Swap,
-                rebuild_room: RebuildRoom::AtSettle,
-                keeps_lineage: true,
-                state: StateResidency::Movable,
-                keeps_state: false,
-                evicts_early: false,
-                extra_recipes: ExtraRecipes::NONE,
-            };
+            let settings = settings(1 << 20, window, RecomputeMode::Swap);
             let mut sim = Sim::new(
                 &self.tape,
                 &self.profile,
