@@ -25,6 +25,7 @@
 //! ```
 
 pub(crate) mod behaviour;
+mod by_position;
 mod carry;
 pub mod cost;
 mod phases;

@@ -48,6 +48,7 @@ use crate::policy::victim::{self, Bandwidth, Candidate, Takes};
 use crate::policy::windows;
 use crate::tape::StepTape;
 
+use super::by_position::ByPosition;
 use super::carry;
 use super::profile::DeviceProfile;
 use super::state::{self, StateResidency};
@@ -223,6 +224,17 @@ struct Sim<'a> {
     sizes: HashMap<TensorId, u64>,
     drops_after: HashMap<u32, Vec<TensorId>>,
     place: HashMap<TensorId, Place>,
+    /// The stepping thread's position now: at an op, the op's; after it, the next.
+    position: u32,
+    /// The spilled tensors (host or disk) with a next use, each at that use less its lead: the
+    /// prefetch scan after an op reads those up to its reach and no others (a tensor due is
+    /// always among them: a prefetch's distance ahead is at most the reach plus the lead).
+    spilled: ByPosition,
+    /// The dropped tensors with a next use, each at that use.
+    dropped: ByPosition,
+    /// How many tensors are on disk, leaving the device or dropped (what keeps the engine's
+    /// scans after an op from returning early, beside the host tier's bytes).
+    off_device: usize,
     /// Tensors whose copy is under way (leaving or arriving), so that landing them does not
     /// scan every tensor.
     in_flight: Vec<TensorId>,
@@ -434,6 +446,10 @@ impl<'a> Sim<'a> {
             sizes: tape.tensors.iter().map(|t| (t.id, t.bytes)).collect(),
             drops_after,
             place: HashMap::default(),
+            position: 0,
+            spilled: ByPosition::default(),
+            dropped: ByPosition::default(),
+            off_device: 0,
             in_flight: Vec::new(),
             last_use: HashMap::default(),
             prefetched: HashSet::default(),
@@ -491,27 +507,84 @@ impl<'a> Sim<'a> {
     /// as the engine's settle counts them.
     fn rebuild_room(&self, now: u32, transfer_ops: u32) -> u64 {
         let reach = decide::rebuild_reach(transfer_ops);
-        self.place
-            .iter()
-            .filter(|(_, place)| matches!(place, Place::Dropped))
-            .filter(|(id, _)| matches!(self.next_use(**id, now), NextUse::In(d) if d <= reach))
-            .map(|(id, _)| self.size(*id))
+        self.dropped_used_within(now, reach)
+            .filter(|&(d, _)| d <= reach)
+            .map(|(_, id)| self.size(id))
             .sum()
     }
 
     /// The dropped tensors' rebuilds ahead of position `now`, as the engine's index keeps them.
     fn rebuilds_ahead(&self, now: u32) -> RebuildsAhead {
         let mut at: Vec<(u32, u64)> = self
-            .place
-            .iter()
-            .filter(|(_, place)| matches!(place, Place::Dropped))
-            .filter_map(|(id, _)| match self.next_use(*id, now) {
-                NextUse::In(d) => Some((d, self.size(*id))),
-                _ => None,
-            })
+            .dropped_used_within(now, u32::MAX)
+            .map(|(d, id)| (d, self.size(id)))
             .collect();
         at.sort_unstable();
         RebuildsAhead { at }
+    }
+
+    /// The dropped tensors next used at most `within` ops after position `now`, with how far.
+    fn dropped_used_within(&self, now: u32, within: u32) -> impl Iterator<Item = (u32, TensorId)> {
+        self.dropped
+            .until(u64::from(now) + u64::from(within))
+            .filter_map(move |id| match self.next_use(id, now) {
+                NextUse::In(d) => Some((d, id)),
+                NextUse::Never | NextUse::Unknown => None,
+            })
+    }
+
+    /// The spilled tensors due for a prefetch after position `now` with the scan's `reach`, and
+    /// how far each one's use is (unsorted).
+    fn due(&mut self, now: u32, reach: u32) -> Vec<(u32, TensorId)> {
+        let mut due = Vec::new();
+        let mut later = Vec::new();
+        for id in self.spilled.until(u64::from(now) + u64::from(reach)) {
+            let next_use = self.next_use(id, now);
+            let wasted = self
+                .keys
+                .get(&id)
+                .and_then(|k| decide::WastedFor::use_of(self.plan, *k, now, next_use))
+                .and_then(|w| self.learnt.wasted.get(&w));
+            if decide::is_due(next_use, reach, self.lead(id), wasted) {
+                due.push((next_use.distance_or(u32::MAX), id));
+            } else {
+                later.push(id);
+            }
+        }
+        // Placed from before a use already passed, or fetched nearer its use since a waste:
+        // placed again from now.
+        for id in later {
+            if let Some(&place) = self.place.get(&id) {
+                self.index_place(id, Some(place), Some(place));
+            }
+        }
+        #[cfg(debug_assertions)]
+        self.check_due(now, reach, &due);
+        due
+    }
+
+    /// What the index finds due is what a walk of every spilled tensor finds.
+    #[cfg(debug_assertions)]
+    fn check_due(&self, now: u32, reach: u32, found: &[(u32, TensorId)]) {
+        let mut walked: Vec<(u32, TensorId)> = self
+            .place
+            .iter()
+            .filter(|(_, p)| matches!(p, Place::Host | Place::Disk))
+            .filter_map(|(id, _)| {
+                let next_use = self.next_use(*id, now);
+                let wasted = self
+                    .keys
+                    .get(id)
+                    .and_then(|k| decide::WastedFor::use_of(self.plan, *k, now, next_use))
+                    .and_then(|w| self.learnt.wasted.get(&w));
+                decide::is_due(next_use, reach, self.lead(*id), wasted)
+                    .then(|| (next_use.distance_or(u32::MAX), *id))
+            })
+            .collect();
+        let mut found = found.to_vec();
+        walked.sort_unstable();
+        found.sort_unstable();
+        assert_eq!(found, walked, "the due index missed a due tensor at {now}");
     }
 
     fn size(&self, id: TensorId) -> u64 {
@@ -568,7 +641,7 @@ impl<'a> Sim<'a> {
             if matches!(place, Place::Leaving { .. } | Place::Arriving { .. }) {
                 self.in_flight.push(t.id);
             }
-            self.place.insert(t.id, place);
+            self.set_place(t.id, place);
         }
         sources.sort();
         let room = if self.planning() && self.settings.budget != u64::MAX {
@@ -579,12 +652,12 @@ impl<'a> Sim<'a> {
         for (_, id, bytes) in sources {
             if self.device + bytes <= room || self.pinned_state.contains(&id) {
                 self.device += bytes;
-                self.place.insert(id, Place::Device);
+                self.set_place(id, Place::Device);
             } else if self.host_has_room(bytes) {
                 self.host += bytes;
-                self.place.insert(id, Place::Host);
+                self.set_place(id, Place::Host);
             } else {
-                self.place.insert(id, Place::Disk);
+                self.set_place(id, Place::Disk);
             }
         }
         self.out.host_peak = self.host;
@@ -638,7 +711,9 @@ impl<'a> Sim<'a> {
         self.drop_after(0);
         for i in 0..self.tape.ops.len() {
             self.mark();
+            self.position = self.positions[i];
             self.run_op(i);
+            self.position = self.positions_after[i];
             // Handles an op consumed drop as it returns, before the engine's work after it.
             self.drop_after(i as u32 + 1);
             if self.settings.budget != u64::MAX && self.planning() {
@@ -678,11 +753,10 @@ impl<'a> Sim<'a> {
                 Some(to_disk) => {
                     self.device -= bytes;
                     self.leaving -= bytes;
-                    self.place
-                        .insert(id, if to_disk { Place::Disk } else { Place::Host });
+                    self.set_place(id, if to_disk { Place::Disk } else { Place::Host });
                 }
                 None => {
-                    self.place.insert(id, Place::Device);
+                    self.set_place(id, Place::Device);
                     if self.early_fruitless.is_some() {
                         self.touched.push(id);
                     }
@@ -702,7 +776,9 @@ impl<'a> Sim<'a> {
 
     fn free(&mut self, id: TensorId) {
         let bytes = self.size(id);
-        match self.place.remove(&id) {
+        let old = self.place.remove(&id);
+        self.index_place(id, old, None);
+        match old {
             Some(Place::Device | Place::Arriving { .. }) => self.device -= bytes,
             Some(Place::Leaving { to_disk, .. }) => {
                 self.device -= bytes;
@@ -717,6 +793,41 @@ impl<'a> Sim<'a> {
         self.prefetched.remove(&id);
         self.drop_depth.remove(&id);
         self.drop_leaves.remove(&id);
+    }
+
+    /// Puts `id` in `place`, keeping the indexes of the scans after each op.
+    fn set_place(&mut self, id: TensorId, place: Place) {
+        let old = self.place.insert(id, place);
+        self.index_place(id, old, Some(place));
+    }
+
+    fn index_place(&mut self, id: TensorId, old: Option<Place>, new: Option<Place>) {
+        let off_device = |p: Option<Place>| {
+            matches!(
+                p,
+                Some(Place::Disk | Place::Leaving { .. } | Place::Dropped)
+            )
+        };
+        self.off_device =
+            self.off_device + usize::from(off_device(new)) - usize::from(off_device(old));
+        match old {
+            Some(Place::Host | Place::Disk) => self.spilled.remove(id),
+            Some(Place::Dropped) => self.dropped.remove(id),
+            _ => {}
+        }
+        if !matches!(new, Some(Place::Host | Place::Disk | Place::Dropped)) {
+            return;
+        }
+        let NextUse::In(d) = self.next_use(id, self.position) else {
+            return;
+        };
+        let at = u64::from(self.position) + u64::from(d);
+        if new == Some(Place::Dropped) {
+            self.dropped.place(id, at);
+        } else {
+            let lead = u64::from(self.lead(id));
+            self.spilled.place(id, at.saturating_sub(lead));
+        }
     }
 
     /// The earliest time both a link direction is free and `after` has passed, and how long
@@ -771,7 +882,7 @@ impl<'a> Sim<'a> {
                 self.learnt.wasted.entry(for_use).or_default().strike(left);
             }
         }
-        self.place.insert(id, Place::Leaving { done, to_disk });
+        self.set_place(id, Place::Leaving { done, to_disk });
         self.in_flight.push(id);
         self.out.evictions += 1;
         self.moved_per_op[op] += bytes;
@@ -806,7 +917,7 @@ impl<'a> Sim<'a> {
             self.learnt.moves.to_device.add(bytes, duration(took));
         }
         self.grow(bytes);
-        self.place.insert(id, Place::Arriving { done, from_op: op });
+        self.set_place(id, Place::Arriving { done, from_op: op });
         self.in_flight.push(id);
         self.moved_per_op[op] += bytes;
         done
@@ -926,7 +1037,7 @@ impl<'a> Sim<'a> {
         }
         self.device -= victim.bytes;
         self.prefetched.remove(&id);
-        self.place.insert(id, Place::Dropped);
+        self.set_place(id, Place::Dropped);
         self.drop_depth.insert(id, rebuild.depth);
         self.drop_leaves.insert(id, chain.leaves);
         self.out.drops += 1;
@@ -1154,7 +1265,7 @@ impl<'a> Sim<'a> {
                 None => {
                     // Made before the step by something the tape did not see: resident.
                     self.grow(self.size(id));
-                    self.place.insert(id, Place::Device);
+                    self.set_place(id, Place::Device);
                 }
             }
         }
@@ -1195,7 +1306,7 @@ impl<'a> Sim<'a> {
         for id in rebuilt {
             // On the device once the room for it is made, as the engine rebuilds it.
             self.grow(self.size(id));
-            self.place.insert(id, Place::Device);
+            self.set_place(id, Place::Device);
             self.drop_depth.remove(&id);
             self.drop_leaves.remove(&id);
             self.out.rebuilds += 1;
@@ -1210,7 +1321,7 @@ impl<'a> Sim<'a> {
         for id in &op.outputs {
             if !self.place.contains_key(id) {
                 self.grow(self.size(*id));
-                self.place.insert(*id, Place::Device);
+                self.set_place(*id, Place::Device);
             }
             self.last_use.insert(*id, i as u64 + 1);
         }
@@ -1295,11 +1406,7 @@ impl<'a> Sim<'a> {
         let none = HashSet::default();
         let asynchronous = self.settings.asynchronous;
         // A dropped tensor counts, as in the engine: the room for its rebuild is a settle's.
-        let off_device = self.host > 0
-            || self
-                .place
-                .values()
-                .any(|p| matches!(p, Place::Disk | Place::Leaving { .. } | Place::Dropped));
+        let off_device = self.host > 0 || self.off_device > 0;
         if !off_device && self.device <= budget.saturating_sub(self.plan.max_headroom()) {
             // The engine's early exit: memory ample.
             return;
@@ -1316,31 +1423,14 @@ impl<'a> Sim<'a> {
         if self.settings.prefetch_window > 0 {
             let window = self.settings.prefetch_window.min(self.plan.len());
             let reach = decide::reach(window, self.learnt.transfer_ops);
-            let mut due: Vec<(u32, TensorId)> = self
-                .place
-                .iter()
-                .filter(|(_, p)| matches!(p, Place::Host | Place::Disk))
-                .filter_map(|(id, _)| {
-                    let next_use = self.next_use(*id, now);
-                    let wasted = self
-                        .keys
-                        .get(id)
-                        .and_then(|k| decide::WastedFor::use_of(self.plan, *k, now, next_use))
-                        .and_then(|w| self.learnt.wasted.get(&w));
-                    decide::is_due(next_use, reach, self.lead(*id), wasted)
-                        .then(|| (next_use.distance_or(u32::MAX), *id))
-                })
-                .collect();
+            let mut due = self.due(now, reach);
             // Rebuilds take their turn in the walk, as prefetches that move nothing.
             let mut rebuilds_in_walk: HashSet<TensorId> = HashSet::default();
             if self.settings.rebuild_room == RebuildRoom::InPrefetchWalk {
-                for (id, place) in &self.place {
-                    if *place == Place::Dropped
-                        && let NextUse::In(d) = self.next_use(*id, now)
-                        && decide::is_rebuild_due(d, reach)
-                    {
-                        rebuilds_in_walk.insert(*id);
-                        due.push((d, *id));
+                for (d, id) in self.dropped_used_within(now, reach) {
+                    if decide::is_rebuild_due(d, reach) {
+                        rebuilds_in_walk.insert(id);
+                        due.push((d, id));
                     }
                 }
             }
@@ -1597,7 +1687,7 @@ mod tests {
                 (6, Place::Host),
                 (9, Place::Device),
             ] {
-                sim.place.insert(id, place);
+                sim.set_place(id, place);
             }
             sim.device = 3 * KIB;
             sim.host = KIB;
@@ -1668,9 +1758,9 @@ mod tests {
         const KIB: u64 = 1024;
         let growing = Step::growing();
         let mut sim = growing.sim(RecomputeMode::Recompute, Learnt::default());
-        sim.place.insert(10, Place::Dropped);
-        sim.place.insert(11, Place::Device);
-        sim.place.insert(12, Place::Host);
+        sim.set_place(10, Place::Dropped);
+        sim.set_place(11, Place::Device);
+        sim.set_place(12, Place::Host);
         assert_eq!(
             sim.rebuild_room(6, 0),
             KIB,
@@ -1746,7 +1836,7 @@ mod tests {
             sim.place_sources(&Start::default());
             assert_eq!(sim.device, 5 * KIB, "the sources start on the device");
             // Op 0 made its tensor: 6 KiB, over the target (the budget less op 1's 1 KiB).
-            sim.place.insert(100, Place::Device);
+            sim.set_place(100, Place::Device);
             sim.device += KIB;
             sim.after_op(0);
             let now = sim.positions_after[0];
@@ -1952,7 +2042,7 @@ mod tests {
             1e-6,
         );
         let mut sim = step.roomy(2);
-        sim.place.insert(1, Place::Host);
+        sim.set_place(1, Place::Host);
         sim.device -= 1024;
         sim.host += 1024;
         // Fetched ahead of op 0, still on its way when op 0 comes.
@@ -1976,7 +2066,7 @@ mod tests {
         let mut sim = growing.sim(RecomputeMode::Swap, Learnt::default());
         // 10 and 11 are read by op 6, the last; 20 by no op of the step.
         for id in [10, 11, 20] {
-            sim.place.insert(id, Place::Device);
+            sim.set_place(id, Place::Device);
         }
         sim.sizes.insert(20, KIB);
         let none = HashSet::default();
