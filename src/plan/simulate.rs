@@ -177,6 +177,25 @@ enum Place {
     Dropped,
 }
 
+/// The latest victim pass of one kind that found no victim, by the absolute position the
+/// tensors it could take are used after, and the tensors read or made resident since: a later
+/// pass for tensors used after the same position or a later one finds none again unless one
+/// of those could be taken (the engine keeps such a memo, `room_still_fruitless`; here it
+/// only saves the walk, whose outcome it knows).
+#[derive(Debug, Default)]
+struct Fruitless {
+    beyond: Option<u32>,
+    touched: Vec<TensorId>,
+}
+
+impl Fruitless {
+    fn touch(&mut self, id: TensorId) {
+        if self.beyond.is_some() {
+            self.touched.push(id);
+        }
+    }
+}
+
 /// The link and disk queues: when each is free.
 #[derive(Debug, Clone, Copy, Default)]
 struct Queues {
@@ -240,12 +259,10 @@ struct Sim<'a> {
     in_flight: Vec<TensorId>,
     last_use: HashMap<TensorId, u64>,
     prefetched: HashSet<TensorId>,
-    /// The latest early pass ([`decide::early_room`]) that found no victim, by the absolute
-    /// position of its peak, and the tensors read or made resident since: a later pass for a
-    /// peak as late or later runs only when one of them could be taken (the engine's
-    /// `room_still_fruitless`).
-    early_fruitless: Option<u32>,
-    touched: Vec<TensorId>,
+    /// The latest pass making room for a prefetch that found no victim (see [`Fruitless`]).
+    room_fruitless: Fruitless,
+    /// The latest early pass ([`decide::early_room`]) that found no victim.
+    early_fruitless: Fruitless,
     /// Device bytes of tensors resident, arriving or leaving.
     device: u64,
     /// Of those, leaving (freed when their copies are done).
@@ -453,8 +470,8 @@ impl<'a> Sim<'a> {
             in_flight: Vec::new(),
             last_use: HashMap::default(),
             prefetched: HashSet::default(),
-            early_fruitless: None,
-            touched: Vec::new(),
+            room_fruitless: Fruitless::default(),
+            early_fruitless: Fruitless::default(),
             device: 0,
             leaving: 0,
             host: 0,
@@ -755,12 +772,7 @@ impl<'a> Sim<'a> {
                     self.leaving -= bytes;
                     self.set_place(id, if to_disk { Place::Disk } else { Place::Host });
                 }
-                None => {
-                    self.set_place(id, Place::Device);
-                    if self.early_fruitless.is_some() {
-                        self.touched.push(id);
-                    }
-                }
+                None => self.set_place(id, Place::Device),
             }
         }
     }
@@ -799,6 +811,9 @@ impl<'a> Sim<'a> {
     fn set_place(&mut self, id: TensorId, place: Place) {
         let old = self.place.insert(id, place);
         self.index_place(id, old, Some(place));
+        if place == Place::Device {
+            self.touch(id);
+        }
     }
 
     fn index_place(&mut self, id: TensorId, old: Option<Place>, new: Option<Place>) {
@@ -1328,31 +1343,92 @@ impl<'a> Sim<'a> {
         for id in &inputs {
             self.last_use.insert(*id, i as u64 + 1);
         }
-        if self.early_fruitless.is_some() {
-            self.touched.extend(inputs.iter().chain(&op.outputs));
+        for &id in inputs.iter().chain(&op.outputs) {
+            self.touch(id);
         }
     }
 
-    /// Evicts down to `level` from tensors used after `beyond`, for the step's coming peak,
-    /// unless a pass for a peak as late or earlier found no victim and no tensor read or made
-    /// resident since could be one.
-    fn make_room_early(&mut self, level: u64, beyond: u32, op: usize, now: u32, here: bool) -> f64 {
-        if let Some(fruitless) = self.early_fruitless
-            && fruitless <= beyond
-            && !self.touched.iter().any(|&id| {
-                self.place.get(&id) == Some(&Place::Device)
-                    && matches!(self.next_use(id, now), NextUse::In(d) if now + d > beyond)
-            })
-        {
-            self.touched.clear();
+    /// A tensor read or made resident: a victim pass that found none may find it.
+    fn touch(&mut self, id: TensorId) {
+        self.room_fruitless.touch(id);
+        self.early_fruitless.touch(id);
+    }
+
+    /// Evicts down to `level` from tensors used after `beyond` (room for a prefetch, or early
+    /// for the step's peak: `early`), unless a pass of that kind found no victim for tensors
+    /// used after `beyond` or earlier and no tensor read or made resident since could be one.
+    /// Skipping such a pass changes nothing: it would find no victim again.
+    fn evict_used_after(
+        &mut self,
+        early: bool,
+        level: u64,
+        beyond: u32,
+        (op, now): (usize, u32),
+        here: bool,
+    ) -> f64 {
+        if self.device - self.leaving <= level {
+            // No pass runs, so nothing is learnt of one.
+            return self.clock;
+        }
+        let memo = self.fruitless(early);
+        // The touched tensors are weighed against the memo's own position: the earliest a pass
+        // it covers may take tensors used after.
+        let skip = memo
+            .beyond
+            .filter(|&fruitless| fruitless <= beyond)
+            .is_some_and(|fruitless| {
+                !memo
+                    .touched
+                    .iter()
+                    .any(|&id| self.could_take(id, now, fruitless))
+            });
+        if skip {
+            debug_assert!(
+                self.victims(
+                    now,
+                    self.device - self.leaving - level,
+                    &HashSet::default(),
+                    Takes::UsedAfter(beyond),
+                    here
+                )
+                .is_empty(),
+                "a pass skipped as fruitless at {now} would take a victim"
+            );
+            self.fruitless_mut(early).touched.clear();
             return self.clock;
         }
         let moved = self.out.evictions + self.out.drops;
         let none = HashSet::default();
         let done = self.evict_down_to(level, op, now, &none, Takes::UsedAfter(beyond), here);
-        self.early_fruitless = (self.out.evictions + self.out.drops == moved).then_some(beyond);
-        self.touched.clear();
+        let found_none = self.out.evictions + self.out.drops == moved;
+        let memo = self.fruitless_mut(early);
+        memo.beyond = found_none.then_some(beyond);
+        memo.touched.clear();
         done
+    }
+
+    fn fruitless(&self, early: bool) -> &Fruitless {
+        if early {
+            &self.early_fruitless
+        } else {
+            &self.room_fruitless
+        }
+    }
+
+    fn fruitless_mut(&mut self, early: bool) -> &mut Fruitless {
+        if early {
+            &mut self.early_fruitless
+        } else {
+            &mut self.room_fruitless
+        }
+    }
+
+    /// Whether a pass for tensors used after `beyond` could take `id` (it may still not: a
+    /// tensor needed soon is left, say), as [`Sim::victims`] shows it a candidate.
+    fn could_take(&self, id: TensorId, now: u32, beyond: u32) -> bool {
+        self.place.get(&id) == Some(&Place::Device)
+            && !self.pinned_state.contains(&id)
+            && !matches!(self.next_use(id, now), NextUse::In(d) if now + d <= beyond)
     }
 
     /// When enough of what is leaving the device has left for it to hold at most `target`
@@ -1509,11 +1585,10 @@ impl<'a> Sim<'a> {
             let takes = Takes::AllButReadUntil(now + settle_ops);
             done = done.max(self.evict_down_to(target, i, now, &none, takes, here));
             if let Some((level, beyond)) = room {
-                let takes = Takes::UsedAfter(beyond);
-                done = done.max(self.evict_down_to(level, i, now, &none, takes, here));
+                done = done.max(self.evict_used_after(false, level, beyond, (i, now), here));
             }
             if let Some((level, after)) = early {
-                done = done.max(self.make_room_early(level, now + after, i, now, here));
+                done = done.max(self.evict_used_after(true, level, now + after, (i, now), here));
             }
             if here {
                 here_done = here_done.max(done);
@@ -1933,6 +2008,49 @@ mod tests {
             Vec::<u64>::new(),
             "the settle's reach asks for nothing"
         );
+    }
+
+    /// A pass for tensors used after a position that found none is skipped while nothing read
+    /// or made resident since could be taken, and runs again once something could.
+    #[test]
+    fn a_fruitless_pass_is_skipped_until_a_tensor_it_could_take_is_resident() {
+        const KIB: u64 = 1024;
+        // Sources 1-3 are all read by op 2; tensor 20 is known by its size alone (no use).
+        let ops: [(&str, &[u64], &[u64]); 3] = [
+            ("float_exp", &[1], &[10]),
+            ("float_exp", &[2], &[11]),
+            ("float_add", &[1, 2, 3], &[]),
+        ];
+        let sizes: Vec<(u64, u64)> = [1, 2, 3, 10, 11, 20].map(|id| (id, KIB)).to_vec();
+        let step = Step::new(tape(&ops, &sizes, &[]), 1e-3);
+        let mut sim = step.sim(RecomputeMode::Swap, Learnt::default());
+        sim.settings.budget = 3 * KIB;
+        for id in [1, 2, 3] {
+            sim.grow(KIB);
+            sim.set_place(id, Place::Device);
+        }
+        sim.host += KIB;
+        sim.set_place(20, Place::Host);
+        sim.evict_used_after(false, 0, 5, (0, 0), true);
+        assert_eq!(
+            sim.out.evictions, 0,
+            "every resident tensor is read by op 2"
+        );
+        assert_eq!(sim.room_fruitless.beyond, Some(5));
+        sim.evict_used_after(false, 0, 7, (0, 0), true);
+        assert_eq!(sim.room_fruitless.beyond, Some(5), "covered, so skipped");
+        assert_eq!(
+            sim.early_fruitless.beyond, None,
+            "the early passes keep their own memo"
+        );
+        // It comes back.
+        sim.host -= KIB;
+        sim.grow(KIB);
+        sim.set_place(20, Place::Device);
+        sim.evict_used_after(false, 0, 7, (0, 0), true);
+        assert_eq!(sim.out.evictions, 1, "the tensor made resident is taken");
+        assert!(matches!(sim.place[&20], Place::Leaving { .. }));
+        assert_eq!(sim.room_fruitless.beyond, None, "that pass found a victim");
     }
 
     /// A prefetched tensor evicted again unread is fetched nearer its use, as the engine
