@@ -32,7 +32,7 @@
 //!   it. The built-in GPUs leave it at 0: there the host runs ahead of the device and hides
 //!   it; `measured` takes it from the engine's clock, since on a CPU backend it shows.
 
-// The crate's hasher: `both` runs seven of these dry runs per plan, and SipHash was a tenth of them.
+// The crate's hasher: `both` runs 28 of these dry runs per plan, and SipHash was a tenth of them.
 use crate::fast_hash::{FastMap as HashMap, FastSet as HashSet};
 
 use serde::Serialize;
