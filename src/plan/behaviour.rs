@@ -38,6 +38,7 @@ pub(crate) fn choose(
                 rebuild_room: behaviour.rebuild_room,
                 keeps_state: behaviour.keeps_state,
                 evicts_early: behaviour.evicts_early,
+                paces_early: behaviour.paces_early,
                 ..settings
             };
             (

@@ -32,7 +32,7 @@
 //!   it. The built-in GPUs leave it at 0: there the host runs ahead of the device and hides
 //!   it; `measured` takes it from the engine's clock, since on a CPU backend it shows.
 
-// The crate's hasher: `both` runs 28 of these dry runs per plan, and SipHash was a tenth of them.
+// The crate's hasher: `both` runs 42 of these dry runs per plan, and SipHash was a tenth of them.
 use crate::fast_hash::{FastMap as HashMap, FastSet as HashSet};
 
 use serde::Serialize;
@@ -76,6 +76,8 @@ pub(crate) struct Settings {
     /// Whether the settle makes room early for the step's peak (a behaviour `both` may
     /// choose: [`Behaviour::evicts_early`](crate::policy::recompute::Behaviour::evicts_early)).
     pub evicts_early: bool,
+    /// With `evicts_early`: a share at a time ([`Behaviour::paces_early`](crate::policy::recompute::Behaviour::paces_early)).
+    pub paces_early: bool,
     /// Recipes assumed for ops the engine keeps none for (a what-if: the engine's own dry run
     /// assumes none).
     pub extra_recipes: ExtraRecipes,
@@ -1563,8 +1565,15 @@ impl<'a> Sim<'a> {
         // Room for the step's coming peak while nothing is leaving, as the engine's settle
         // point sets it when no eviction job is queued.
         let early = if self.settings.evicts_early && self.queues.to_host <= self.clock {
-            decide::early_room(budget, self.plan, now, committed, self.pace())
-                .filter(|&(level, _)| committed > level)
+            decide::early_room(
+                budget,
+                self.plan,
+                now,
+                committed,
+                self.pace(),
+                self.settings.paces_early,
+            )
+            .filter(|&(level, _)| committed > level)
         } else {
             None
         };
@@ -1658,6 +1667,7 @@ mod tests {
             state: StateResidency::Movable,
             keeps_state: false,
             evicts_early: false,
+            paces_early: false,
             extra_recipes: ExtraRecipes::NONE,
         }
     }

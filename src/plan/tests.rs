@@ -870,6 +870,7 @@ fn a_behaviour_keeping_the_state_moves_it_only_when_activations_fall_short() {
             state: StateResidency::Movable,
             keeps_state,
             evicts_early: false,
+            paces_early: false,
             extra_recipes: super::what_if::ExtraRecipes::NONE,
         };
         let (op_seconds, gaps) = (cost::op_seconds(t, &p), cost::host_gaps(t, &p));
@@ -913,12 +914,72 @@ fn the_configured_keep_state_is_what_the_dry_run_follows() {
         assert_eq!(run.simulated.over_budget_ops, 0, "{budget}: {run:?}");
         assert_eq!(
             run.both_predicted.len(),
-            14,
+            21,
             "{budget}: {:?}",
             run.both_predicted
         );
     }
-    // Unset, `both` dry-runs all twenty-eight behaviours.
+    // Unset, `both` dry-runs all forty-two behaviours.
     let both = dry_run(&t, &p, &config(26 * MIB).recompute(RecomputeMode::Both)).unwrap();
-    assert_eq!(both.both_predicted.len(), 28);
+    assert_eq!(both.both_predicted.len(), 42);
+}
+
+/// `swap`'s dry run is `both`'s behaviour that moves every victim and makes room early a share
+/// at a time, as the engine runs `swap`.
+#[test]
+fn swap_runs_as_moving_every_victim_with_room_made_early_a_share_at_a_time() {
+    use crate::policy::recompute::{Behaviour, RebuildRoom};
+    const KIB: u64 = 1024;
+    // Ops a hundred times faster than the link.
+    let mut p = slow_device();
+    p.hbm_gb_per_s = 100.0;
+    // Op 0 reads sources 1-5 (2-5 of 8 MiB each); ops 1-70 read source 1 and make a small
+    // tensor freed at once; ops 71-80 each make 8 MiB that op 81 reads, and op 82 reads
+    // sources 2-5 again: the peak is 70 ops away after op 0, beyond the settle's reach, and
+    // what must leave for it takes longer on a link of 1 GB/s than the small ops before it run.
+    let scratch: Vec<u64> = (200..270).collect();
+    let made: Vec<u64> = (100..110).collect();
+    let mut ops: Vec<(&str, Vec<u64>, Vec<u64>)> = vec![("float_add", vec![1, 2, 3, 4, 5], vec![])];
+    ops.extend(scratch.iter().map(|&id| ("float_exp", vec![1], vec![id])));
+    ops.extend(made.iter().map(|&id| ("float_exp", Vec::new(), vec![id])));
+    ops.push(("float_sum", made.clone(), Vec::new()));
+    ops.push(("float_add", vec![2, 3, 4, 5], Vec::new()));
+    let ops: Vec<(&str, &[u64], &[u64])> = ops
+        .iter()
+        .map(|(name, i, o)| (*name, i.as_slice(), o.as_slice()))
+        .collect();
+    let sizes: Vec<(u64, u64)> = std::iter::once((1, 64 * KIB))
+        .chain(scratch.iter().map(|&id| (id, 64 * KIB)))
+        .chain(
+            [2, 3, 4, 5]
+                .into_iter()
+                .chain(made.iter().copied())
+                .map(|id| (id, 8 * MIB)),
+        )
+        .collect();
+    let drops: Vec<(u64, u32)> = (scratch.iter().zip(2..))
+        .chain(made.iter().map(|id| (id, 82)))
+        .map(|(&id, after_ops)| (id, after_ops))
+        .collect();
+    let t = tape(&ops, &sizes, &drops);
+    let swap = Behaviour::new(RecomputeMode::Swap, RebuildRoom::AtSettle);
+    let mut early_mattered = false;
+    for budget in [88 * MIB, 96 * MIB, 104 * MIB] {
+        let alone = dry_run(&t, &p, &config(budget)).unwrap();
+        let both = dry_run(&t, &p, &config(budget).recompute(RecomputeMode::Both)).unwrap();
+        // `both_predicted` holds overheads.
+        let predicted = |behaviour| {
+            both.both_predicted
+                .iter()
+                .find(|(b, _)| *b == behaviour)
+                .map(|(_, overhead)| *overhead)
+                .unwrap()
+        };
+        assert_eq!(alone.overhead, predicted(swap.pacing_early()), "{budget}");
+        early_mattered |= predicted(swap) != predicted(swap.pacing_early());
+    }
+    assert!(
+        early_mattered,
+        "a budget where room made early changes the step"
+    );
 }

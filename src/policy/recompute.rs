@@ -409,6 +409,11 @@ pub struct Behaviour {
     /// behind each other, at the cost of moving some tensors a just-in-time settle would not.
     #[serde(default)]
     pub evicts_early: bool,
+    /// With `evicts_early`: whether each early pass sends only a share of that room, what the
+    /// link moves while the settle's horizon of ops runs, so that the evictions the next ops
+    /// need do not queue behind all of it (`paced` in [`early_room`](super::prefetch::early_room)).
+    #[serde(default)]
+    pub paces_early: bool,
 }
 
 /// Where the engine makes room ahead for the rebuilds of dropped tensors. A rebuild's bytes
@@ -482,6 +487,7 @@ impl Behaviour {
             rebuild_room,
             keeps_state: false,
             evicts_early: false,
+            paces_early: false,
         }
     }
 
@@ -489,6 +495,15 @@ impl Behaviour {
     pub const fn evicting_early(self) -> Self {
         Behaviour {
             evicts_early: true,
+            ..self
+        }
+    }
+
+    /// This behaviour, also making room early for the step's coming peak a share at a time.
+    pub const fn pacing_early(self) -> Self {
+        Behaviour {
+            evicts_early: true,
+            paces_early: true,
             ..self
         }
     }
@@ -522,6 +537,9 @@ impl fmt::Display for Behaviour {
         if self.evicts_early {
             f.write_str(", making room early for the peak")?;
         }
+        if self.paces_early {
+            f.write_str(", a share at a time")?;
+        }
         Ok(())
     }
 }
@@ -532,51 +550,31 @@ impl fmt::Display for Behaviour {
 /// by the settle only, beside prefetches, or in the prefetch walk (moving every victim
 /// rebuilds nothing, so where room for rebuilds is made changes nothing); then each of those
 /// seven keeping the step's state on the device while other victims suffice; then each of
-/// those fourteen making room early for the step's peak.
-pub const BEHAVIOURS: [Behaviour; 28] = [
-    Behaviour::new(RecomputeMode::Both, RebuildRoom::AtSettle),
-    Behaviour::new(RecomputeMode::Both, RebuildRoom::BesidePrefetches),
-    Behaviour::new(RecomputeMode::Both, RebuildRoom::InPrefetchWalk),
-    Behaviour::new(RecomputeMode::Swap, RebuildRoom::AtSettle),
-    Behaviour::new(RecomputeMode::Recompute, RebuildRoom::AtSettle),
-    Behaviour::new(RecomputeMode::Recompute, RebuildRoom::BesidePrefetches),
-    Behaviour::new(RecomputeMode::Recompute, RebuildRoom::InPrefetchWalk),
-    Behaviour::new(RecomputeMode::Both, RebuildRoom::AtSettle).keeping_state(),
-    Behaviour::new(RecomputeMode::Both, RebuildRoom::BesidePrefetches).keeping_state(),
-    Behaviour::new(RecomputeMode::Both, RebuildRoom::InPrefetchWalk).keeping_state(),
-    Behaviour::new(RecomputeMode::Swap, RebuildRoom::AtSettle).keeping_state(),
-    Behaviour::new(RecomputeMode::Recompute, RebuildRoom::AtSettle).keeping_state(),
-    Behaviour::new(RecomputeMode::Recompute, RebuildRoom::BesidePrefetches).keeping_state(),
-    Behaviour::new(RecomputeMode::Recompute, RebuildRoom::InPrefetchWalk).keeping_state(),
-    Behaviour::new(RecomputeMode::Both, RebuildRoom::AtSettle).evicting_early(),
-    Behaviour::new(RecomputeMode::Both, RebuildRoom::BesidePrefetches).evicting_early(),
-    Behaviour::new(RecomputeMode::Both, RebuildRoom::InPrefetchWalk).evicting_early(),
-    Behaviour::new(RecomputeMode::Swap, RebuildRoom::AtSettle).evicting_early(),
-    Behaviour::new(RecomputeMode::Recompute, RebuildRoom::AtSettle).evicting_early(),
-    Behaviour::new(RecomputeMode::Recompute, RebuildRoom::BesidePrefetches).evicting_early(),
-    Behaviour::new(RecomputeMode::Recompute, RebuildRoom::InPrefetchWalk).evicting_early(),
-    Behaviour::new(RecomputeMode::Both, RebuildRoom::AtSettle)
-        .keeping_state()
-        .evicting_early(),
-    Behaviour::new(RecomputeMode::Both, RebuildRoom::BesidePrefetches)
-        .keeping_state()
-        .evicting_early(),
-    Behaviour::new(RecomputeMode::Both, RebuildRoom::InPrefetchWalk)
-        .keeping_state()
-        .evicting_early(),
-    Behaviour::new(RecomputeMode::Swap, RebuildRoom::AtSettle)
-        .keeping_state()
-        .evicting_early(),
-    Behaviour::new(RecomputeMode::Recompute, RebuildRoom::AtSettle)
-        .keeping_state()
-        .evicting_early(),
-    Behaviour::new(RecomputeMode::Recompute, RebuildRoom::BesidePrefetches)
-        .keeping_state()
-        .evicting_early(),
-    Behaviour::new(RecomputeMode::Recompute, RebuildRoom::InPrefetchWalk)
-        .keeping_state()
-        .evicting_early(),
-];
+/// those fourteen making room early for the step's peak at once; then a share at a time.
+pub const BEHAVIOURS: [Behaviour; 42] = {
+    const SEVEN: [Behaviour; 7] = [
+        Behaviour::new(RecomputeMode::Both, RebuildRoom::AtSettle),
+        Behaviour::new(RecomputeMode::Both, RebuildRoom::BesidePrefetches),
+        Behaviour::new(RecomputeMode::Both, RebuildRoom::InPrefetchWalk),
+        Behaviour::new(RecomputeMode::Swap, RebuildRoom::AtSettle),
+        Behaviour::new(RecomputeMode::Recompute, RebuildRoom::AtSettle),
+        Behaviour::new(RecomputeMode::Recompute, RebuildRoom::BesidePrefetches),
+        Behaviour::new(RecomputeMode::Recompute, RebuildRoom::InPrefetchWalk),
+    ];
+    let mut all = [SEVEN[0]; 42];
+    let mut i = 0;
+    while i < 7 {
+        let behaviour = SEVEN[i];
+        all[i] = behaviour;
+        all[7 + i] = behaviour.keeping_state();
+        all[14 + i] = behaviour.evicting_early();
+        all[21 + i] = behaviour.keeping_state().evicting_early();
+        all[28 + i] = behaviour.pacing_early();
+        all[35 + i] = behaviour.keeping_state().pacing_early();
+        i += 1;
+    }
+    all
+};
 
 /// Which of [`BEHAVIOURS`] `both` runs the steps of a plan with, from the step time a dry run
 /// of the recorded step predicts for each (`predicted`, in seconds): the fastest, a tie going
@@ -973,6 +971,7 @@ mod tests {
         for (i, a) in BEHAVIOURS.iter().enumerate() {
             assert!(!BEHAVIOURS[i + 1..].contains(a), "{a} twice");
             assert!(a.victims.may_drop() || a.rebuild_room == AtSettle, "{a:?}");
+            assert!(a.evicts_early || !a.paces_early, "{a:?}");
         }
     }
 
@@ -987,12 +986,13 @@ mod tests {
                 .collect();
             assert_eq!(
                 allowed.len(),
-                12,
+                18,
                 "{room}: weighing, moving, dropping, each keeping the state or not, each making \
-                 room early or not"
+                 room early at once, a share at a time or not"
             );
-            assert_eq!(allowed.iter().filter(|b| b.keeps_state).count(), 6);
-            assert_eq!(allowed.iter().filter(|b| b.evicts_early).count(), 6);
+            assert_eq!(allowed.iter().filter(|b| b.keeps_state).count(), 9);
+            assert_eq!(allowed.iter().filter(|b| b.evicts_early).count(), 12);
+            assert_eq!(allowed.iter().filter(|b| b.paces_early).count(), 6);
             assert!(
                 allowed
                     .iter()
@@ -1005,7 +1005,7 @@ mod tests {
                 .iter()
                 .filter(|b| b.allowed_by(None, Some(keep)))
                 .collect();
-            assert_eq!(allowed.len(), 14, "keep_state {keep}");
+            assert_eq!(allowed.len(), 21, "keep_state {keep}");
             assert!(allowed.iter().all(|b| b.keeps_state == keep));
         }
         let err = "anywhere".parse::<RebuildRoom>().unwrap_err().to_string();

@@ -167,11 +167,17 @@ impl DeviceEngine {
         }
     }
 
-    /// Whether the settle makes room early for the step's coming peak: under `both`, when the
-    /// behaviour of the plan in force says so (never in the other modes).
-    pub(super) fn evicts_early(&self, limits: &Limits) -> bool {
+    /// Whether the settle makes room early for the step's coming peak, and whether a share at a
+    /// time (`Some(paced)`, see [`early_room`](crate::policy::prefetch::early_room)): under
+    /// `swap` with a budget, always, a share at a time; under `both`, as the behaviour of the
+    /// plan in force says; never under `recompute` (DTR's rule, which moves nothing early).
+    pub(super) fn early_room_pacing(&self, limits: &Limits) -> Option<bool> {
+        if limits.recompute == RecomputeMode::Swap && limits.budget.is_some() {
+            return Some(true);
+        }
         self.chosen_behaviour(limits)
-            .is_some_and(|behaviour| behaviour.evicts_early)
+            .filter(|behaviour| behaviour.evicts_early)
+            .map(|behaviour| behaviour.paces_early)
     }
 
     /// Under `both` with a budget, once a plan chose it: the behaviour the planned steps run
@@ -216,6 +222,7 @@ impl DeviceEngine {
             state: plan::StateResidency::Movable,
             keeps_state: false,
             evicts_early: false,
+            paces_early: false,
             // The engine's own recipes: it predicts what it will do.
             extra_recipes: plan::ExtraRecipes::NONE,
         };

@@ -349,15 +349,15 @@ impl DeviceEngine {
                 });
                 // While an eviction job is queued the link is busy: room made early would
                 // only queue behind it.
-                let early = (self.evicts_early(limits)
-                    && !self.settle_queued.load(Ordering::Acquire))
-                .then(|| decide::early_room(budget, plan, now, committed, pace))
-                .flatten()
-                .filter(|&(level, _)| committed > level)
-                .map(|(level, after)| Room {
-                    level,
-                    beyond: placement.absolute(after),
-                });
+                let early = self
+                    .early_room_pacing(limits)
+                    .filter(|_| !self.settle_queued.load(Ordering::Acquire))
+                    .and_then(|paced| decide::early_room(budget, plan, now, committed, pace, paced))
+                    .filter(|&(level, _)| committed > level)
+                    .map(|(level, after)| Room {
+                        level,
+                        beyond: placement.absolute(after),
+                    });
                 Some((target, ahead, placement.absolute(transfer_ops), early))
             }
             _ => None,
@@ -1042,19 +1042,28 @@ mod tests {
     /// Under a behaviour of `both` that makes room early, on a link slower than the ops, the
     /// settle evicts now what the step's peak needs the room of, from tensors used after it,
     /// though its target asks for nothing yet; not on a fast link, not while an eviction job is
-    /// queued, and never under the same behaviour without it.
+    /// queued, and never under the same behaviour without it. `swap` makes it a share at a time.
     #[test]
     fn a_behaviour_that_evicts_early_makes_the_peaks_room_on_a_slow_link() {
         use crate::policy::recompute::{Behaviour, RebuildRoom, RecomputeMode};
-        let run = |evicts_early: bool, evict_per_kib: Duration, job_queued: bool, worker: bool| {
+        let swap = Behaviour::new(RecomputeMode::Swap, RebuildRoom::AtSettle);
+        // Under `both` with `behaviour`, or under `mode` itself.
+        let run_as = |behaviour: Option<Behaviour>,
+                      mode: RecomputeMode,
+                      evict_per_kib: Duration,
+                      job_queued: bool,
+                      worker: bool| {
             let tensor: Arc<dyn Spillable> = Arc::new(Counted);
-            let swap = Behaviour::new(RecomputeMode::Swap, RebuildRoom::AtSettle);
-            let behaviour = if evicts_early {
-                swap.evicting_early()
-            } else {
-                swap
+            let engine = match behaviour {
+                Some(behaviour) => engine_under(behaviour, worker),
+                None => engine_with(
+                    Limits {
+                        recompute: mode,
+                        ..limits(6 * KIB, 0, worker)
+                    },
+                    plan(),
+                ),
             };
-            let engine = engine_under(behaviour, worker);
             // Tensors 1-5 on the device (op 1 reads 1, op 11 reads 2-5): 5 KiB, the budget
             // less op 0's room, so the target asks for nothing. Ops 0-10 each make 1 KiB: the
             // peak is at op 10, 11 KiB over the level now.
@@ -1081,6 +1090,15 @@ mod tests {
                 .filter(|&id| index.tier_of(id) == Some(Tier::Host))
                 .collect();
             (point.early.map(|room| room.level), moved)
+        };
+        let run = |evicts_early: bool, evict_per_kib: Duration, job_queued: bool, worker: bool| {
+            let behaviour = if evicts_early {
+                swap.evicting_early()
+            } else {
+                swap
+            };
+            let both = RecomputeMode::Both;
+            run_as(Some(behaviour), both, evict_per_kib, job_queued, worker)
         };
         let settled = |evicts_early, evict_per_kib, job_queued| {
             run(evicts_early, evict_per_kib, job_queued, false)
@@ -1111,6 +1129,34 @@ mod tests {
             run(true, ms(2), false, true),
             (Some(0), vec![2, 3, 4, 5]),
             "the transfer worker's settle job makes it too"
+        );
+        // A share at a time: at 40 ms a KiB, the settle's horizon of 64 ops of 1.5 ms moves
+        // 2.4 KiB, so one pass takes three of the four.
+        let mode = |mode, evict_per_kib| run_as(None, mode, evict_per_kib, false, false);
+        let slow = ms(40);
+        let (level, moved) = mode(RecomputeMode::Swap, slow);
+        assert!(
+            level.is_some_and(|level| level > 2 * KIB && level < 3 * KIB),
+            "{level:?}"
+        );
+        assert_eq!(moved.len(), 3, "{moved:?}");
+        assert!(!moved.contains(&1));
+        let paced = Some(swap.pacing_early());
+        let both = RecomputeMode::Both;
+        assert_eq!(
+            run_as(paced, both, slow, false, false),
+            (level, moved),
+            "`both` paces as `swap` does under that behaviour"
+        );
+        assert_eq!(
+            mode(RecomputeMode::Swap, ms(2)),
+            (Some(0), vec![2, 3, 4, 5]),
+            "a share larger than what must leave is all of it"
+        );
+        assert_eq!(
+            mode(RecomputeMode::Recompute, slow),
+            (None, vec![]),
+            "`recompute` makes no room early"
         );
     }
 }
