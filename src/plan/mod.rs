@@ -211,10 +211,10 @@ fn run(
         state: assumptions.state,
         // Under `both` each behaviour says (see `behaviour::choose`).
         keeps_state: config.get_keep_state().unwrap_or(false),
-        // Under `both` each behaviour says; `swap` makes it a share at a time, as the engine's
-        // does, and `recompute` never.
-        evicts_early: config.get_recompute() == crate::RecomputeMode::Swap,
-        paces_early: config.get_recompute() == crate::RecomputeMode::Swap,
+        // Under `both` each behaviour says; `swap` and `recompute` make it a share at a time, as
+        // the engine's do.
+        evicts_early: config.get_recompute() != crate::RecomputeMode::Both,
+        paces_early: config.get_recompute() != crate::RecomputeMode::Both,
         extra_recipes: assumptions.extra_recipes,
     };
     let unlimited = simulate(

@@ -558,16 +558,9 @@ impl<'a> Sim<'a> {
         let mut due = Vec::new();
         let mut later = Vec::new();
         for id in self.spilled.until(u64::from(now) + u64::from(reach)) {
-            let next_use = self.next_use(id, now);
-            let wasted = self
-                .keys
-                .get(&id)
-                .and_then(|k| decide::WastedFor::use_of(self.plan, *k, now, next_use))
-                .and_then(|w| self.learnt.wasted.get(&w));
-            if decide::is_due(next_use, reach, self.lead(id), wasted) {
-                due.push((next_use.distance_or(u32::MAX), id));
-            } else {
-                later.push(id);
+            match self.due_in(id, now, reach) {
+                Some(distance) => due.push((distance, id)),
+                None => later.push(id),
             }
         }
         // Placed from before a use already passed, or fetched nearer its use since a waste:
@@ -582,6 +575,19 @@ impl<'a> Sim<'a> {
         due
     }
 
+    /// How far the use of spilled tensor `id` is from position `now`, when it is due for a
+    /// prefetch with the scan's `reach` ([`decide::is_due`]).
+    fn due_in(&self, id: TensorId, now: u32, reach: u32) -> Option<u32> {
+        let next_use = self.next_use(id, now);
+        let wasted = self
+            .keys
+            .get(&id)
+            .and_then(|k| decide::WastedFor::use_of(self.plan, *k, now, next_use))
+            .and_then(|w| self.learnt.wasted.get(&w));
+        decide::is_due(next_use, reach, self.lead(id), wasted)
+            .then(|| next_use.distance_or(u32::MAX))
+    }
+
     /// What the index finds due is what a walk of every spilled tensor finds.
     #[cfg(debug_assertions)]
     fn check_due(&self, now: u32, reach: u32, found: &[(u32, TensorId)]) {
@@ -589,16 +595,7 @@ impl<'a> Sim<'a> {
             .place
             .iter()
             .filter(|(_, p)| matches!(p, Place::Host | Place::Disk))
-            .filter_map(|(id, _)| {
-                let next_use = self.next_use(*id, now);
-                let wasted = self
-                    .keys
-                    .get(id)
-                    .and_then(|k| decide::WastedFor::use_of(self.plan, *k, now, next_use))
-                    .and_then(|w| self.learnt.wasted.get(&w));
-                decide::is_due(next_use, reach, self.lead(*id), wasted)
-                    .then(|| (next_use.distance_or(u32::MAX), *id))
-            })
+            .filter_map(|(&id, _)| Some((self.due_in(id, now, reach)?, id)))
             .collect();
         let mut found = found.to_vec();
         walked.sort_unstable();

@@ -169,10 +169,10 @@ impl DeviceEngine {
 
     /// Whether the settle makes room early for the step's coming peak, and whether a share at a
     /// time (`Some(paced)`, see [`early_room`](crate::policy::prefetch::early_room)): under
-    /// `swap` with a budget, always, a share at a time; under `both`, as the behaviour of the
-    /// plan in force says; never under `recompute` (DTR's rule, which moves nothing early).
+    /// `swap` and `recompute` with a budget, always, a share at a time; under `both`, as the
+    /// behaviour of the plan in force says.
     pub(super) fn early_room_pacing(&self, limits: &Limits) -> Option<bool> {
-        if limits.recompute == RecomputeMode::Swap && limits.budget.is_some() {
+        if limits.recompute != RecomputeMode::Both && limits.budget.is_some() {
             return Some(true);
         }
         self.chosen_behaviour(limits)
