@@ -296,11 +296,12 @@ pub fn early_room(
 /// The most link time, in ops, one paced early pass ([`early_room`]) sends off the device:
 /// the settle's horizon ([`MAX_HEADROOM_LOOKAHEAD`]). An eviction the next ops need queues
 /// behind what an early pass sent; paced, it waits at most about as long as the ops the settle
-/// makes room for run. Sent at once, the room for a ResNet-50's backward at batch 2 queued
-/// ahead of its forward's own evictions: swap-only with room made early at once went from
-/// +22.0 to +30.7% at 33% of its peak on `h200-pcie5`, and paced to +21.8% (16 to 128 ops per
-/// pass gave +21.8%; 256 and more, +44.6% at 25%). On the GPTs a pass sent at once is faster
-/// under `both`, so `both` has either (see `policy::recompute::BEHAVIOURS`).
+/// makes room for run. Sent at once, ResNet-50 at batch 2 stalled longer in its forward with
+/// the same bytes moved (2.86 to 4.55 ms): swap-only with room made early at once went from
+/// +22.0 to +30.7% at 33% of its peak on `h200-pcie5`, and paced to +21.8% (1 to 128 ops per
+/// pass gave +21.8%; 256 and more, +44.6% at 25%). `swap` and `recompute` pace it; on the GPTs
+/// a pass sent at once is faster under `both`, so `both` has either (see
+/// `policy::recompute::BEHAVIOURS`).
 pub const EARLY_PASS_OPS: u32 = MAX_HEADROOM_LOOKAHEAD;
 
 /// How many ops beyond [`settle_target`]'s an eviction pass that runs anyway also makes room
