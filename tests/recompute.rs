@@ -377,13 +377,13 @@ fn both_times_rebuilds_on_the_configured_profile_and_trains_identically() {
     );
 }
 
-/// `both` under the presets' policy (`cost_aware`), on a card whose kernels take next to no
-/// time: the ops' modelled compute is so short that the link is busy the whole step, so victims
-/// are ranked by the cheaper of moving and rebuilding them (`policy::recompute::ranks_by_rebuild`)
-/// and elementwise outputs, nearly free to rebuild, go first and are dropped. Training stays
-/// exact.
+/// `both` and recompute-only under the presets' policy (`cost_aware`), on a card whose kernels
+/// take next to no time: the ops' modelled compute is so short that the link is busy the whole
+/// step, so victims are ranked by the cheaper of moving and rebuilding them
+/// (`policy::recompute::ranks_by_rebuild`) and elementwise outputs, nearly free to rebuild, go
+/// first and are dropped. Training stays exact.
 #[test]
-fn both_ranked_by_the_cheaper_way_back_trains_identically() {
+fn victims_ranked_by_the_cheaper_way_back_train_identically() {
     let dir = tempfile::tempdir().unwrap();
     let fast = dir.path().join("fast-memory.json");
     let mut card = burn_spill::plan::DeviceProfile::builtin("h200-pcie5").unwrap();
@@ -392,19 +392,22 @@ fn both_ranked_by_the_cheaper_way_back_trains_identically() {
     card.launch_us = 0.0;
     std::fs::write(&fast, serde_json::to_string(&card).unwrap()).unwrap();
     let profile = fast.display().to_string();
-    let both = move |config: SpillConfig| {
-        dropping(config)
-            .policy(PolicyKind::CostAware)
-            .recompute(RecomputeMode::Both)
-            .rebuild_profile(profile.clone())
-    };
-    let stats = marked(gpt::<Trained>, gpt::<Spilled>, 4, &both);
-    report("transformer, both ranked by cost", &stats);
-    assert!(
-        stats.recompute.rebuilt > 0,
-        "cheap rebuilds rank first: {:?}",
-        stats.recompute
-    );
+    for mode in [RecomputeMode::Both, RecomputeMode::Recompute] {
+        let profile = profile.clone();
+        let ranked = move |config: SpillConfig| {
+            dropping(config)
+                .policy(PolicyKind::CostAware)
+                .recompute(mode)
+                .rebuild_profile(profile.clone())
+        };
+        let stats = marked(gpt::<Trained>, gpt::<Spilled>, 4, &ranked);
+        report(&format!("transformer, {mode:?} ranked by cost"), &stats);
+        assert!(
+            stats.recompute.rebuilt > 0,
+            "{mode:?}: cheap rebuilds rank first: {:?}",
+            stats.recompute
+        );
+    }
 }
 
 /// Burn's checkpointing recomputes above burn-spill; burn-spill's drops must not change it.

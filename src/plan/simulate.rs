@@ -326,14 +326,15 @@ pub(crate) fn simulate(
 
 /// The engine's step check (`check_windows`) on the profile: how busy the link would be if
 /// the moves of an offline replay of the step under the budget were all made, against the
-/// ops' modelled compute. Only the drop decision reads it.
+/// ops' modelled compute. Only the ranking of victims that may be dropped reads it
+/// ([`recompute::ranks_by_rebuild`]).
 fn link_utilization(
     tape: &StepTape,
     profile: &DeviceProfile,
     op_seconds: &[f64],
     settings: Settings,
 ) -> f64 {
-    if settings.recompute != RecomputeMode::Both || settings.budget == u64::MAX {
+    if !settings.recompute.may_drop() || settings.budget == u64::MAX {
         return 0.0;
     }
     let replay = crate::policy::simulate::replay(tape, settings.budget, settings.policy);
@@ -1058,8 +1059,9 @@ impl<'a> Sim<'a> {
         true
     }
 
-    /// What a rebuild of `id` would cost the ops if it were dropped now, when `both` weighs it
-    /// against a move (see [`victim::CostAware`]).
+    /// What a rebuild of `id` would cost the ops if it were dropped now, when victims are
+    /// ranked by the cheaper of a move and a rebuild ([`recompute::ranks_by_rebuild`], see
+    /// [`victim::CostAware`]).
     fn rebuild_cost(
         &self,
         id: TensorId,

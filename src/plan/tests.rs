@@ -646,37 +646,49 @@ fn a_cheap_rebuild_against_a_later_move() -> StepTape {
     )
 }
 
+/// Ranked by the cheaper way back (`cost_aware`, the link busy), both modes that drop take
+/// `x`, nearly free to rebuild, and move nothing; ranked by the policy's order alone (swap
+/// only, or recompute-only under `next_use`), `y` goes first and has to move.
 #[test]
-fn both_takes_the_victim_cheaper_to_rebuild_than_the_one_a_move_would_take() {
+fn modes_that_drop_take_the_victim_cheaper_to_rebuild_than_the_one_a_move_would_take() {
     let t = a_cheap_rebuild_against_a_later_move();
     let mut p = slow_device();
     // Memory far faster than the link: rebuilding `x` costs next to nothing.
     p.hbm_gb_per_s = 1000.0;
     // Five tensors live when the add makes a sixth: one has to go.
     let budget = 40 * MIB;
-    let with = |mode| {
+    let with = |mode, policy| {
         let config = config(budget)
-            .policy(PolicyKind::CostAware)
+            .policy(policy)
             .prefetch_window(0)
             .recompute(mode);
         dry_run(&t, &p, &config).unwrap().simulated
     };
-    let recompute = with(RecomputeMode::Recompute);
+    let swap = with(RecomputeMode::Swap, PolicyKind::CostAware);
+    assert_eq!(swap.drops, 0, "`y` is the victim, and moves: {swap:?}");
+    assert!(swap.traffic.total() > 0, "{swap:?}");
+    let unranked = with(RecomputeMode::Recompute, PolicyKind::NextUse);
     assert_eq!(
-        recompute.drops, 0,
-        "`y` is the victim, and moves: {recompute:?}"
+        unranked.drops, 0,
+        "by next use alone `y` is the victim, and moves: {unranked:?}"
     );
-    assert!(recompute.traffic.total() > 0, "{recompute:?}");
-    let both = with(RecomputeMode::Both);
-    assert_eq!((both.drops, both.rebuilds), (1, 1), "{both:?}");
-    assert_eq!(both.traffic.total(), 0, "{both:?}");
-    assert!(both.device_peak <= budget, "{both:?}");
-    assert!(
-        both.step_seconds < recompute.step_seconds,
-        "both {} vs recompute {}",
-        both.step_seconds,
-        recompute.step_seconds
-    );
+    assert!(unranked.traffic.total() > 0, "{unranked:?}");
+    for mode in [RecomputeMode::Recompute, RecomputeMode::Both] {
+        let ranked = with(mode, PolicyKind::CostAware);
+        assert_eq!(
+            (ranked.drops, ranked.rebuilds),
+            (1, 1),
+            "{mode:?}: {ranked:?}"
+        );
+        assert_eq!(ranked.traffic.total(), 0, "{mode:?}: {ranked:?}");
+        assert!(ranked.device_peak <= budget, "{mode:?}: {ranked:?}");
+        assert!(
+            ranked.step_seconds < swap.step_seconds,
+            "{mode:?} {} vs swap {}",
+            ranked.step_seconds,
+            swap.step_seconds
+        );
+    }
 }
 
 /// `both` runs each plan with the behaviour its dry run predicts fastest, so it is never

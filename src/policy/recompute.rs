@@ -45,7 +45,8 @@ pub enum RecomputeMode {
     #[default]
     Swap,
     /// Drop every victim that has a recipe whose inputs stay alive, whatever the cost (as DTR
-    /// does); the others are moved.
+    /// does); the others are moved. Under `cost_aware`, on a busy link, the victims are chosen
+    /// by the cheaper way back, a rebuild for those it may drop (see [`ranks_by_rebuild`]).
     Recompute,
     /// Each plan's steps run the way a dry run of the recorded step predicts fastest (see
     /// [`fastest_behaviour`]): as `swap`, as `recompute`, or weighing each victim, whichever
@@ -361,8 +362,9 @@ pub fn move_exposures(
     (behind_the_ops(on_op_thread.evict), restore)
 }
 
-/// The link utilization (see [`move_exposures`]) from which [`RecomputeMode::Both`] ranks
-/// victims by the cheaper of a move and a rebuild.
+/// The link utilization (see [`move_exposures`]) from which a mode that drops victims
+/// ([`RecomputeMode::Both`] and [`RecomputeMode::Recompute`]) ranks them by the cheaper of a
+/// move and a rebuild.
 ///
 /// With the link busy most of the step, every byte not moved shortens it, and a cheap rebuild
 /// should go before a move of a tensor used later. With the link mostly idle, moves hide behind
@@ -372,15 +374,24 @@ pub fn move_exposures(
 /// 512, at 50/33/25% of the peak): ResNet-50 on `gh200-c2c`, whose link is busy 31-51% of its
 /// steps, went from +12.4% to +31.4% at 33% when ranked by rebuilds; on `h200-pcie5` and
 /// `a100-pcie4`, busy 87-100%, ResNet-50 at 50% went from +10.0% to +3.3% and from +32.0% to
-/// +19.2%.
+/// +19.2%. Recompute-only, ranked the same way (`scripts/plan-modes.sh`, 2026-12-07): ResNet-50
+/// at batch 16 on `h200-pcie5` from +40.5 / +65.3 / +83.5% to +2.3 / +41.1 / +60.7%, and
+/// ranked on `gh200-c2c`'s idle link too, ResNet-50 at batch 2 and 33% from +11.4% to +30.8%.
 pub const RANK_REBUILDS_FROM_UTILIZATION: f64 = 0.8;
 
-/// Whether victims are ranked by the cheaper of a move and a rebuild: in `both` mode, under
-/// [`CostAware`](super::victim::CostAware) (the only policy that weighs what bringing a tensor
-/// back costs, so the only one a rebuild's cost could reorder), on a link busy at least
-/// [`RANK_REBUILDS_FROM_UTILIZATION`] of the step.
+/// Whether victims are ranked by the cheaper of a move and a rebuild: when `mode` drops
+/// victims, under [`CostAware`](super::victim::CostAware) (the only policy that weighs what
+/// bringing a tensor back costs, so the only one a rebuild's cost could reorder), on a link
+/// busy at least [`RANK_REBUILDS_FROM_UTILIZATION`] of the step.
+///
+/// Recompute-only drops every victim the memory rule lets it drop, but which tensors become
+/// victims is the ranking's: ranked by the policy alone, a tensor used later goes first and is
+/// moved, while a droppable one whose rebuild costs next to nothing stays. Ranked by the way
+/// each comes back (its rebuild, if it may be dropped, else its move), the cheap rebuilds go
+/// first, as DTR ranks its evictions by the cost of recomputing them. `both`'s behaviours that
+/// drop every victim they may rank them alike.
 pub fn ranks_by_rebuild(mode: RecomputeMode, policy: PolicyKind, link_utilization: f64) -> bool {
-    mode == RecomputeMode::Both
+    mode.may_drop()
         && policy == PolicyKind::CostAware
         && link_utilization >= RANK_REBUILDS_FROM_UTILIZATION
 }
@@ -882,24 +893,25 @@ mod tests {
     }
 
     #[test]
-    fn victims_are_ranked_by_rebuilds_only_in_both_under_cost_aware_on_a_busy_link() {
+    fn victims_are_ranked_by_rebuilds_when_they_may_be_dropped_under_cost_aware_on_a_busy_link() {
         let cost_aware = PolicyKind::CostAware;
-        assert!(ranks_by_rebuild(RecomputeMode::Both, cost_aware, 1.0));
-        assert!(ranks_by_rebuild(
-            RecomputeMode::Both,
-            cost_aware,
-            RANK_REBUILDS_FROM_UTILIZATION
-        ));
-        assert!(!ranks_by_rebuild(RecomputeMode::Both, cost_aware, 0.5));
-        assert!(!ranks_by_rebuild(RecomputeMode::Recompute, cost_aware, 1.0));
+        for mode in [RecomputeMode::Both, RecomputeMode::Recompute] {
+            assert!(ranks_by_rebuild(mode, cost_aware, 1.0), "{mode:?}");
+            assert!(
+                ranks_by_rebuild(mode, cost_aware, RANK_REBUILDS_FROM_UTILIZATION),
+                "{mode:?}"
+            );
+            // On a mostly idle link moves hide behind the ops: the policy's order stands.
+            assert!(!ranks_by_rebuild(mode, cost_aware, 0.5), "{mode:?}");
+            // The other policies never read a rebuild's cost: nothing is priced for them.
+            assert!(
+                !ranks_by_rebuild(mode, PolicyKind::NextUse, 1.0),
+                "{mode:?}"
+            );
+            assert!(!ranks_by_rebuild(mode, PolicyKind::Lru, 1.0), "{mode:?}");
+        }
+        // Nothing is dropped, so a rebuild's cost is nothing to rank by.
         assert!(!ranks_by_rebuild(RecomputeMode::Swap, cost_aware, 1.0));
-        // The other policies never read a rebuild's cost: nothing is priced for them.
-        assert!(!ranks_by_rebuild(
-            RecomputeMode::Both,
-            PolicyKind::NextUse,
-            1.0
-        ));
-        assert!(!ranks_by_rebuild(RecomputeMode::Both, PolicyKind::Lru, 1.0));
     }
 
     #[test]

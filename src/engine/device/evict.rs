@@ -298,8 +298,9 @@ impl DeviceEngine {
     /// The next victims of `tier` worth `want` bytes, in the policy's order, of those `takes`
     /// allows (with no known next use a tensor counts as used last). Without a plan (or under
     /// LRU) the coldest first, of all. Tensors whose next use is within the prefetch window are
-    /// taken only when nothing else is left. With `drops` in `both` mode, a tensor that may be
-    /// dropped is ranked by the cheaper of moving and rebuilding it.
+    /// taken only when nothing else is left. With `drops` that weigh rebuilds
+    /// ([`DropContext::weighs_rebuilds`]), a tensor that may be dropped is ranked by the cheaper
+    /// of moving and rebuilding it.
     pub(super) fn victims(
         &self,
         tier: Tier,

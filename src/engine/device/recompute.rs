@@ -52,8 +52,8 @@ impl DropContext {
         placement.due_of(next)
     }
 
-    /// Whether victims are ranked by the cheaper of a move and a rebuild (`both` under
-    /// `cost_aware`, on a busy link: see [`recompute::ranks_by_rebuild`]).
+    /// Whether victims are ranked by the cheaper of a move and a rebuild (`both` or
+    /// `recompute` under `cost_aware`, on a busy link: see [`recompute::ranks_by_rebuild`]).
     pub(super) fn weighs_rebuilds(&self) -> bool {
         recompute::ranks_by_rebuild(self.mode, self.policy, self.link_utilization)
     }
@@ -305,9 +305,10 @@ impl DeviceEngine {
                 .drop_for_rebuild(self, &chain.leaves, chain.ghost_bytes)
     }
 
-    /// What a rebuild of `candidate` would cost the ops if it were dropped now, when the mode
-    /// weighs rebuilds against moves (`both`): the victim policy ranks it by the cheaper of
-    /// the two ways back. `None` when it may not be dropped, or would be moved if taken.
+    /// What a rebuild of `candidate` would cost the ops if it were dropped now, when victims
+    /// are ranked by the cheaper of a move and a rebuild ([`DropContext::weighs_rebuilds`]): the
+    /// victim policy ranks it by the cheaper of the two ways back. `None` when it may not be
+    /// dropped, or would be moved if taken.
     pub(super) fn rebuild_cost(
         &self,
         candidate: &Candidate,
