@@ -357,9 +357,10 @@ impl SpillConfig {
 
     /// The device profile whose figures time a rebuild when [`RecomputeMode::Both`] weighs it
     /// against a move (or victims are ranked by their rebuilds' cost: see
-    /// [`ranks_by_rebuild`](crate::policy::recompute::ranks_by_rebuild)), and on which `both` dry-runs each recorded step to choose how the
-    /// planned steps run (see [`RecomputeMode::Both`]): a built-in name (`h200-pcie5`, ...;
-    /// see `docs/device-profiles.md`), a profile JSON file, or `measured` for the op's own
+    /// [`ranks_by_rebuild`](crate::policy::recompute::ranks_by_rebuild)), and on which `both`
+    /// dry-runs each recorded step to choose how the planned steps run (see
+    /// [`RecomputeMode::Both`]): a built-in name (`h200-pcie5`, ...; see
+    /// `docs/device-profiles.md`), a profile JSON file, or `measured` for the op's own
     /// measured duration (and this machine's measured links in the dry run). By default a
     /// synchronous backend (Flex, NdArray) uses the measured duration, and a CubeCL backend
     /// (wgpu, CUDA), whose ops return before their kernels run, the built-in

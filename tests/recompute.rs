@@ -381,7 +381,10 @@ fn both_times_rebuilds_on_the_configured_profile_and_trains_identically() {
 /// take next to no time: the ops' modelled compute is so short that the link is busy the whole
 /// step, so victims are ranked by the cheaper of moving and rebuilding them
 /// (`policy::recompute::ranks_by_rebuild`) and elementwise outputs, nearly free to rebuild, go
-/// first and are dropped. Training stays exact.
+/// first and are dropped. Training stays exact. (Recompute-only rebuilds ranked or not: that
+/// the ranking picks the cheap rebuild first is the dry run's test,
+/// `plan::tests::modes_that_drop_take_the_victim_cheaper_to_rebuild_than_the_one_a_move_would_take`;
+/// this one checks that the engine's ranked path trains exactly.)
 #[test]
 fn victims_ranked_by_the_cheaper_way_back_train_identically() {
     let dir = tempfile::tempdir().unwrap();
