@@ -29,7 +29,7 @@
 //! A third gives the dry-run planner's prediction for the same recorded steps on `h200-pcie5`
 //! (`burn_spill::plan::dry_run_over_budget`, `cost_aware`) at 50%, 33% and 25% of the step's
 //! unlimited peak there, per mode: the step-time overhead, the bytes moved and the rebuilds
-//! (and under `both`, the behaviour its dry run chose: `RecomputeMode::Both`).
+//! (and under `both` and `recompute`, the behaviour their dry run chose: `RecomputeMode::Both`).
 //! These models are tiny, so on an H200 their kernels are launch-bound; the GPU-scale models'
 //! predictions are `scripts/plan-gpu-scale.sh`'s (docs/planner.md).
 //!
@@ -186,7 +186,7 @@ struct Row {
     /// Rebuilds per measured step, and their time per step.
     rebuilt: f64,
     rebuild_time: Duration,
-    /// Under `both`: the behaviour its dry run chose for the last plan.
+    /// Under `both` and `recompute`: the behaviour their dry run chose for the last plan.
     behaviour: Option<burn_spill::policy::recompute::Behaviour>,
 }
 
@@ -356,7 +356,7 @@ fn print_predicted(model: &str, tape: &StepTape, config: SpillConfig) {
                 )
                 .expect("a valid config");
                 let chose = run
-                    .both_chose
+                    .chose
                     .map_or(String::new(), |behaviour| format!("; {behaviour}"));
                 format!(
                     "{:+.1}% ({} B, {} rebuilds{chose})",

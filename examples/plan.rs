@@ -34,7 +34,7 @@ use std::str::FromStr;
 use burn_spill::plan::{
     self, Assumptions, DryRun, ExtraRecipes, RecipeClass, SWEEP_FRACTIONS, StateResidency,
 };
-use burn_spill::policy::recompute::RebuildRoom;
+use burn_spill::policy::recompute::{EarlyRoom, RebuildRoom};
 use burn_spill::tape::StepTape;
 use burn_spill::{DeviceBudget, PolicyKind, Preset, RecomputeMode, SpillConfig, parse_bytes};
 use usage::exit_usage;
@@ -117,6 +117,12 @@ struct Cli {
     /// otherwise (`SpillConfig::keep_state`).
     #[arg(long, value_parser = parse_switch)]
     keep_state: Option<bool>,
+
+    /// How room is made early for the step's peak: off, at_once or paced; default: chosen per
+    /// budget under `--recompute both` and `recompute`, paced under swap
+    /// (`SpillConfig::early_room`).
+    #[arg(long, value_parser = parse_early_room)]
+    early_room: Option<EarlyRoom>,
 
     /// Keep the step's state on the device, inside the budget: the tensors from before it
     /// (parameters, optimizer state, the batch) and those it leaves alive. DTR's simulator
@@ -223,6 +229,15 @@ fn parse_rebuild_room(value: &str) -> Result<RebuildRoom, String> {
     })
 }
 
+fn parse_early_room(value: &str) -> Result<EarlyRoom, String> {
+    EarlyRoom::from_str(value).map_err(|_| {
+        format!(
+            "`{value}` is not a way to make room early; accepted: {}",
+            EarlyRoom::ACCEPTED
+        )
+    })
+}
+
 fn parse_policy(value: &str) -> Result<PolicyKind, String> {
     PolicyKind::from_str(value).map_err(|_| {
         format!(
@@ -282,6 +297,9 @@ fn config(cli: &Cli) -> SpillConfig {
     }
     if let Some(keep) = cli.keep_state {
         config = config.keep_state(keep);
+    }
+    if let Some(early) = cli.early_room {
+        config = config.early_room(early);
     }
     match cli.host_limit {
         Some(limit) => config.host_limit_bytes(limit),

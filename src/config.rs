@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 use crate::SpillError;
 use crate::plan::DeviceProfile;
 use crate::plan::cost::KernelModel;
-use crate::policy::recompute::{RebuildRoom, RebuildTimes};
+use crate::policy::recompute::{EarlyRoom, RebuildRoom, RebuildTimes};
 use crate::policy::{PolicyKind, RecomputeMode};
 
 /// How much device memory tensors may occupy.
@@ -127,6 +127,7 @@ pub struct SpillConfig {
     rebuild_profile: Option<String>,
     rebuild_room: Option<RebuildRoom>,
     keep_state: Option<bool>,
+    early_room: Option<EarlyRoom>,
 }
 
 /// Which cold store spilled bytes try first past the host tier, when a remote tier is
@@ -206,6 +207,7 @@ impl Default for SpillConfig {
             rebuild_profile: None,
             rebuild_room: None,
             keep_state: None,
+            early_room: None,
         }
     }
 }
@@ -234,6 +236,8 @@ pub const ENV_REBUILD_PROFILE: &str = "BURN_SPILL_REBUILD_PROFILE";
 pub const ENV_REBUILD_ROOM: &str = "BURN_SPILL_REBUILD_ROOM";
 /// Environment variable overriding [`SpillConfig::keep_state`].
 pub const ENV_KEEP_STATE: &str = "BURN_SPILL_KEEP_STATE";
+/// Environment variable overriding [`SpillConfig::early_room`].
+pub const ENV_EARLY_ROOM: &str = "BURN_SPILL_EARLY_ROOM";
 
 /// What `remote_tier` accepts.
 pub(crate) const REMOTE_ACCEPTED: &str = "a Redis URL: redis://[[user]:password@]host[:port][/db] or unix:///path (TLS, rediss://, is not built in)";
@@ -411,6 +415,22 @@ impl SpillConfig {
     /// See [`keep_state`](Self::keep_state) (`None` = chosen under `both`, moved otherwise).
     pub fn get_keep_state(&self) -> Option<bool> {
         self.keep_state
+    }
+
+    /// How the settle makes room early for the step's coming peak while no eviction is under
+    /// way (see [`EarlyRoom`]): not at all (`off`), all of it in one pass (`at_once`), or a
+    /// share at a time (`paced`). Unset, `both` and `recompute` choose it per plan by their
+    /// dry run of the recorded step, and `swap` makes it a share at a time; set, every mode
+    /// follows it. Needs a plan (a tape-driven policy). `BURN_SPILL_EARLY_ROOM` overrides it.
+    pub fn early_room(mut self, early: EarlyRoom) -> Self {
+        self.early_room = Some(early);
+        self
+    }
+
+    /// See [`early_room`](Self::early_room) (`None` = chosen under `both` and `recompute`,
+    /// a share at a time under `swap`).
+    pub fn get_early_room(&self) -> Option<EarlyRoom> {
+        self.early_room
     }
 
     /// Where a rebuild's op time comes from on a backend whose ops are asynchronous or not.
@@ -729,6 +749,9 @@ impl SpillConfig {
         if let Some(v) = get(ENV_KEEP_STATE) {
             self.keep_state = Some(parse_switch(ENV_KEEP_STATE, &v)?);
         }
+        if let Some(v) = get(ENV_EARLY_ROOM) {
+            self.early_room = Some(v.parse().map_err(|e| rename(e, ENV_EARLY_ROOM))?);
+        }
         if let Some(v) = get(ENV_REBUILD_PROFILE) {
             rebuild_profile_named(&v, ENV_REBUILD_PROFILE)?;
             self.rebuild_profile = Some(v.trim().to_string());
@@ -990,6 +1013,22 @@ mod tests {
         assert_eq!(room.get_rebuild_room(), Some(RebuildRoom::InPrefetchWalk));
         assert_eq!(SpillConfig::default().get_rebuild_room(), None);
         assert_eq!(SpillConfig::default().get_keep_state(), None);
+        assert_eq!(SpillConfig::default().get_early_room(), None);
+        let err = SpillConfig::default()
+            .with_overrides_from(env(&[(ENV_EARLY_ROOM, "early")]))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("BURN_SPILL_EARLY_ROOM")
+                && err.contains("early")
+                && err.contains(EarlyRoom::ACCEPTED),
+            "{err}"
+        );
+        let early = SpillConfig::default()
+            .early_room(EarlyRoom::Paced)
+            .with_overrides_from(env(&[(ENV_EARLY_ROOM, " At-Once ")]))
+            .unwrap();
+        assert_eq!(early.get_early_room(), Some(EarlyRoom::AtOnce));
         let kept = SpillConfig::default()
             .keep_state(false)
             .with_overrides_from(env(&[(ENV_KEEP_STATE, " On ")]))
@@ -1114,7 +1153,7 @@ mod tests {
         use super::super::*;
         use proptest::prelude::*;
 
-        const VARIABLES: [&str; 11] = [
+        const VARIABLES: [&str; 12] = [
             ENV_PRESET,
             ENV_BUDGET,
             ENV_HOST_LIMIT,
@@ -1126,6 +1165,7 @@ mod tests {
             ENV_RECOMPUTE,
             ENV_REBUILD_PROFILE,
             ENV_KEEP_STATE,
+            ENV_EARLY_ROOM,
         ];
 
         /// Strings near the accepted syntax, where parsers break: digits, dots, signs,

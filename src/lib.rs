@@ -45,9 +45,9 @@ pub use backend::learner::{SpillSteps, SpillStrategy, WithSpillSteps};
 pub use backend::tensor::{SpillTensor, TensorKind};
 pub use backend::{SpillBackend, StepGuard};
 pub use config::{
-    DeviceBudget, ENV_BUDGET, ENV_DIR, ENV_HOST_LIMIT, ENV_KEEP_STATE, ENV_POLICY, ENV_PRESET,
-    ENV_RECOMPUTE, ENV_REMOTE, ENV_TIER_ORDER, ENV_VERIFY, Preset, SpillConfig, TierOrder,
-    parse_bytes,
+    DeviceBudget, ENV_BUDGET, ENV_DIR, ENV_EARLY_ROOM, ENV_HOST_LIMIT, ENV_KEEP_STATE, ENV_POLICY,
+    ENV_PRESET, ENV_RECOMPUTE, ENV_REMOTE, ENV_TIER_ORDER, ENV_VERIFY, Preset, SpillConfig,
+    TierOrder, parse_bytes,
 };
 pub use engine::{LiveSummary, PoolUsage, TensorId, TensorRole, Tier};
 pub use error::SpillError;

@@ -13,6 +13,7 @@ use budgeted::{at_30_percent_marked_with, cnn, gpt};
 use burn::backend::autodiff::checkpoint::strategy::BalancedCheckpointing;
 use burn::backend::{Autodiff, Flex};
 use burn::tensor::{Distribution, Tensor, TensorData};
+use burn_spill::policy::recompute::EarlyRoom;
 use burn_spill::{PolicyKind, RecomputeMode, SpillBackend, SpillConfig, SpillStats};
 use common::{ExclusiveDevice, Plain, Spill, assert_same_data};
 
@@ -273,6 +274,14 @@ fn transformer_trains_identically_with_recompute_at_30_percent() {
         "the transformer rebuilt nothing: {:?}",
         stats.recompute
     );
+    // The planned steps ran with the way of making room early its dry run predicted fastest,
+    // dropping every victim it may.
+    let chose = stats.recompute.behaviour;
+    eprintln!("transformer, recompute chose: {chose:?}");
+    assert!(
+        chose.is_some_and(|b| b.victims == RecomputeMode::Recompute && !b.keeps_state),
+        "{chose:?}"
+    );
 }
 
 #[test]
@@ -302,7 +311,7 @@ fn keeping_the_state_on_the_device_trains_identically_at_30_percent() {
     };
     let stats = marked(gpt::<Trained>, gpt::<Spilled>, 4, &swap_keeping);
     report("transformer, swap keeping the state", &stats);
-    assert_eq!(stats.recompute.behaviour, None, "only `both` chooses");
+    assert_eq!(stats.recompute.behaviour, None, "swap only chooses nothing");
     assert_eq!(stats.recompute.dropped, 0, "swap only drops nothing");
 
     let both_keeping = |config: SpillConfig| {
@@ -337,7 +346,11 @@ fn recompute_with_room_for_rebuilds_made_anywhere_trains_identically_at_30_perce
             "{room}: nothing rebuilt: {:?}",
             stats.recompute
         );
-        assert_eq!(stats.recompute.behaviour, None, "only `both` chooses");
+        let chose = stats.recompute.behaviour;
+        assert!(
+            chose.is_some_and(|b| b.victims == RecomputeMode::Recompute && b.rebuild_room == room),
+            "{room}: {chose:?}"
+        );
     }
 }
 
@@ -445,13 +458,19 @@ fn no_tier_holds_more_with_recompute_than_with_swap_only() {
         ),
         ("transformer", gpt::<Trained>, gpt::<Spilled>, 4),
     ] {
-        // Synchronous: the runs are deterministic, so they differ only by the drops.
+        // Synchronous, with room made early as swap only makes it (recompute chooses how per
+        // plan otherwise): the runs are deterministic, so they differ only by the drops.
         let swap_only = |config: SpillConfig| {
             dropping(config)
                 .recompute(RecomputeMode::Swap)
                 .asynchronous(false)
+                .early_room(EarlyRoom::Paced)
         };
-        let with_drops = |config: SpillConfig| dropping(config).asynchronous(false);
+        let with_drops = |config: SpillConfig| {
+            dropping(config)
+                .asynchronous(false)
+                .early_room(EarlyRoom::Paced)
+        };
         // The first marked run of a process measures a lower unlimited peak (the tape is not
         // on yet): it only warms up, so that both runs below get the same budget.
         marked(plain, spilled, batch, &swap_only);
@@ -467,6 +486,10 @@ fn no_tier_holds_more_with_recompute_than_with_swap_only() {
         assert!(
             recompute.recompute.dropped > 0,
             "{name}: nothing was dropped"
+        );
+        assert_eq!(
+            recompute.recompute.behaviour, None,
+            "{name}: nothing to choose once the config sets how room is made early"
         );
         assert!(
             recompute.peak.device <= swap.peak.device.max(recompute.device_budget_bytes.unwrap()),

@@ -99,12 +99,13 @@ pub fn table(runs: &[DryRun]) -> String {
             millis(s.rebuild_seconds),
         );
     }
-    // `both` runs each budget's steps with the behaviour its dry run predicts fastest.
+    // `both` and `recompute` run each budget's steps with the behaviour their dry run predicts
+    // fastest.
     for r in runs {
-        let Some(chose) = r.both_chose else { continue };
+        let Some(chose) = r.chose else { continue };
         let of_peak = 100.0 * r.budget as f64 / r.unlimited_peak.max(1) as f64;
-        let _ = writeln!(out, "`both` at {of_peak:.0}% chose: {chose}");
-        for (behaviour, overhead) in &r.both_predicted {
+        let _ = writeln!(out, "at {of_peak:.0}% chose: {chose}");
+        for (behaviour, overhead) in &r.predicted_behaviours {
             let _ = writeln!(out, "    {:>+8.1}%  {behaviour}", overhead * 100.0);
         }
     }

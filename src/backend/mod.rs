@@ -129,6 +129,7 @@ impl<B: Backend> SpillBackend<B> {
             recompute: config.get_recompute(),
             rebuild_room: config.get_rebuild_room(),
             keep_state: config.get_keep_state(),
+            early_room: config.get_early_room(),
             rebuild_times: rebuild_profile
                 .as_ref()
                 .map_or(RebuildTimes::Measured, |profile| {

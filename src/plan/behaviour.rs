@@ -1,7 +1,8 @@
-//! What `both` runs the steps of a plan with: each of its behaviours dry-run on the recorded
-//! step, and the fastest taken ([`crate::policy::recompute::fastest_behaviour`] decides).
+//! What `both` and `recompute` run the steps of a plan with: each behaviour the mode may
+//! choose dry-run on the recorded step, and the fastest taken
+//! ([`crate::policy::recompute::chosen_from`] decides).
 
-use crate::policy::recompute::{self, BEHAVIOURS, Behaviour, RebuildRoom};
+use crate::policy::recompute::{self, Behaviour};
 use crate::tape::StepTape;
 
 use super::profile::DeviceProfile;
@@ -15,23 +16,21 @@ pub(crate) struct Chosen {
     pub predicted: Vec<(Behaviour, f64)>,
 }
 
-/// Simulates `tape` under `settings` with each of [`BEHAVIOURS`] the config allows (where it
-/// sets room for rebuilds to be made, `configured_room`, or whether the state is kept,
-/// `configured_keep`) and picks the fastest (what
-/// `settings.recompute` and `settings.rebuild_room` say is ignored: `both` is the mode that
-/// chooses).
+/// Simulates `tape` under `settings` with each of `candidates` (what
+/// [`recompute::candidates`] gives `settings.recompute`, at least one; each sets which victims
+/// are dropped, where room for rebuilds and early room are made and whether the state is kept)
+/// and picks the fastest as `settings.recompute` does.
 pub(crate) fn choose(
     tape: &StepTape,
     profile: &DeviceProfile,
     op_seconds: &[f64],
     gaps: &(Vec<f64>, f64),
     settings: Settings,
-    configured_room: Option<RebuildRoom>,
-    configured_keep: Option<bool>,
+    candidates: &[Behaviour],
 ) -> Chosen {
-    let mut runs: Vec<(Behaviour, Simulated)> = BEHAVIOURS
+    assert!(!candidates.is_empty(), "a choice among no behaviours");
+    let mut runs: Vec<(Behaviour, Simulated)> = candidates
         .iter()
-        .filter(|behaviour| behaviour.allowed_by(configured_room, configured_keep))
         .map(|&behaviour| {
             let settings = Settings {
                 recompute: behaviour.victims,
@@ -51,7 +50,7 @@ pub(crate) fn choose(
         .iter()
         .map(|(behaviour, sim)| (*behaviour, sim.step_seconds))
         .collect();
-    let behaviour = recompute::fastest_behaviour(&predicted).unwrap_or(BEHAVIOURS[0]);
+    let behaviour = recompute::chosen_from(settings.recompute, &predicted).unwrap_or(candidates[0]);
     let at = runs.iter().position(|(b, _)| *b == behaviour).unwrap_or(0);
     let (_, simulated) = runs.swap_remove(at);
     Chosen {

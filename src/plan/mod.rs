@@ -45,6 +45,7 @@ pub use what_if::{Assumptions, ExtraRecipes, RecipeClass};
 use serde::Serialize;
 
 use crate::config::DeviceBudget;
+use crate::policy::recompute::EarlyRoom;
 use crate::tape::StepTape;
 use crate::{SpillConfig, SpillError};
 
@@ -60,15 +61,16 @@ pub struct DryRun {
     pub budget: u64,
     /// The simulated step under the budget.
     pub simulated: Simulated,
-    /// Under `recompute = both` with a budget: the behaviour `both` runs the step with, the
-    /// fastest of weighing each victim (`both`), moving every victim (`swap`) and dropping
-    /// every victim it may (`recompute`), as the engine chooses it from the same dry run
-    /// ([`crate::policy::recompute::fastest_behaviour`]). `None` otherwise.
-    pub both_chose: Option<crate::policy::recompute::Behaviour>,
-    /// Under `recompute = both` with a budget: each behaviour's predicted overhead (as
-    /// [`overhead`](Self::overhead)), in the order of
-    /// [`BEHAVIOURS`](crate::policy::recompute::BEHAVIOURS). Empty otherwise.
-    pub both_predicted: Vec<(crate::policy::recompute::Behaviour, f64)>,
+    /// Under `recompute = both` or `recompute` with a budget, where the config leaves a
+    /// choice: the behaviour the step runs with, the fastest of those the mode may choose
+    /// ([`crate::policy::recompute::candidates`]: under `both` weighing each victim, moving
+    /// every victim or dropping every victim it may, each with its ways of making room; under
+    /// `recompute` how room is made early), as the engine chooses it from the same dry run
+    /// ([`crate::policy::recompute::chosen_from`]). `None` otherwise.
+    pub chose: Option<crate::policy::recompute::Behaviour>,
+    /// Where [`chose`](Self::chose) is set: each behaviour's predicted overhead (as
+    /// [`overhead`](Self::overhead)), in the order of the mode's candidates. Empty otherwise.
+    pub predicted_behaviours: Vec<(crate::policy::recompute::Behaviour, f64)>,
     /// The same step with unlimited device memory: nothing moves.
     pub unlimited_step_seconds: f64,
     /// Its device peak: the budget above which nothing moves.
@@ -196,6 +198,13 @@ fn run(
     let budget = budget_of(config, profile);
     let op_seconds = cost::op_seconds(tape, profile);
     let gaps = cost::host_gaps(tape, profile);
+    // How room is made early where the mode does not choose it, as the engine makes it.
+    let early = config
+        .get_early_room()
+        .unwrap_or(match config.get_recompute() {
+            crate::RecomputeMode::Both => EarlyRoom::Off,
+            _ => EarlyRoom::Paced,
+        });
     let settings = Settings {
         budget,
         host_limit: config.get_host_limit_bytes(),
@@ -209,12 +218,10 @@ fn run(
         // As the engine on a backend that runs each op alone (Flex, or CubeCL without fusion).
         keeps_lineage: true,
         state: assumptions.state,
-        // Under `both` each behaviour says (see `behaviour::choose`).
+        // Where `both` and `recompute` choose, each behaviour says (see `behaviour::choose`).
         keeps_state: config.get_keep_state().unwrap_or(false),
-        // Under `both` each behaviour says; `swap` and `recompute` make it a share at a time, as
-        // the engine's do.
-        evicts_early: config.get_recompute() != crate::RecomputeMode::Both,
-        paces_early: config.get_recompute() != crate::RecomputeMode::Both,
+        evicts_early: early.pacing().is_some(),
+        paces_early: early.pacing() == Some(true),
         extra_recipes: assumptions.extra_recipes,
     };
     let unlimited = simulate(
@@ -227,11 +234,16 @@ fn run(
             ..settings
         },
     );
-    let (simulated, both_chose, both_predicted) = if budget == u64::MAX {
+    let candidates = crate::policy::recompute::candidates(
+        settings.recompute,
+        config.get_rebuild_room(),
+        config.get_keep_state(),
+        config.get_early_room(),
+    );
+    let (simulated, chose, predicted_behaviours) = if budget == u64::MAX {
         (unlimited.clone(), None, Vec::new())
-    } else if settings.recompute == crate::RecomputeMode::Both {
-        let (room, keep) = (config.get_rebuild_room(), config.get_keep_state());
-        let chosen = behaviour::choose(tape, profile, &op_seconds, &gaps, settings, room, keep);
+    } else if candidates.len() >= 2 {
+        let chosen = behaviour::choose(tape, profile, &op_seconds, &gaps, settings, &candidates);
         (chosen.simulated, Some(chosen.behaviour), chosen.predicted)
     } else {
         let simulated = simulate(tape, profile, &op_seconds, &gaps, settings);
@@ -245,7 +257,7 @@ fn run(
         }
     };
     let overhead = overhead_of(simulated.step_seconds);
-    let both_predicted = both_predicted
+    let predicted_behaviours = predicted_behaviours
         .into_iter()
         .map(|(behaviour, seconds)| (behaviour, overhead_of(seconds)))
         .collect();
@@ -262,8 +274,8 @@ fn run(
         unlimited_peak: unlimited.device_peak,
         overhead,
         simulated,
-        both_chose,
-        both_predicted,
+        chose,
+        predicted_behaviours,
     })
 }
 

@@ -708,8 +708,12 @@ fn both_runs_the_behaviour_its_dry_run_predicts_fastest() {
             run(RecomputeMode::Recompute),
             run(RecomputeMode::Both),
         );
-        assert_eq!((swap.both_chose, recompute.both_chose), (None, None));
-        let chose = both.both_chose.expect("`both` chose a behaviour");
+        assert_eq!(swap.chose, None, "swap only chooses nothing");
+        let recompute_chose = recompute
+            .chose
+            .expect("`recompute` chose how to make room early");
+        assert_eq!(recompute_chose.victims, RecomputeMode::Recompute);
+        let chose = both.chose.expect("`both` chose a behaviour");
         assert!(BEHAVIOURS.contains(&chose), "{chose:?}");
         let fastest = swap
             .simulated
@@ -733,10 +737,7 @@ fn both_runs_the_behaviour_its_dry_run_predicts_fastest() {
         &config(u64::MAX).recompute(RecomputeMode::Both),
     )
     .unwrap();
-    assert_eq!(
-        unlimited.both_chose, None,
-        "nothing to choose without a budget"
-    );
+    assert_eq!(unlimited.chose, None, "nothing to choose without a budget");
 }
 
 /// A 3 MiB weight `w` (1) read first and last, beside 8 MiB activations and one of 16 MiB
@@ -921,34 +922,27 @@ fn the_configured_keep_state_is_what_the_dry_run_follows() {
             .recompute(RecomputeMode::Both)
             .keep_state(keep);
         let run = dry_run(&t, &p, &both).unwrap();
-        let chose = run.both_chose.expect("both chooses under a budget");
+        let chose = run.chose.expect("both chooses under a budget");
         assert_eq!(chose.keeps_state, keep, "{budget}: {chose:?}");
         assert_eq!(run.simulated.over_budget_ops, 0, "{budget}: {run:?}");
         assert_eq!(
-            run.both_predicted.len(),
+            run.predicted_behaviours.len(),
             21,
             "{budget}: {:?}",
-            run.both_predicted
+            run.predicted_behaviours
         );
     }
     // Unset, `both` dry-runs all forty-two behaviours.
     let both = dry_run(&t, &p, &config(26 * MIB).recompute(RecomputeMode::Both)).unwrap();
-    assert_eq!(both.both_predicted.len(), 42);
+    assert_eq!(both.predicted_behaviours.len(), 42);
 }
 
-/// `swap`'s dry run is `both`'s behaviour that moves every victim and makes room early a share
-/// at a time, as the engine runs `swap`.
-#[test]
-fn swap_runs_as_moving_every_victim_with_room_made_early_a_share_at_a_time() {
-    use crate::policy::recompute::{Behaviour, RebuildRoom};
+/// Op 0 reads sources 1-5 (2-5 of 8 MiB each); ops 1-70 read source 1 and make a small tensor
+/// freed at once; ops 71-80 each make 8 MiB that op 81 reads, and op 82 reads sources 2-5
+/// again: the peak is 70 ops away after op 0, beyond the settle's reach, and what must leave
+/// for it takes longer on a link of 1 GB/s than the small ops before it run.
+fn peak_beyond_the_settle() -> StepTape {
     const KIB: u64 = 1024;
-    // Ops a hundred times faster than the link.
-    let mut p = slow_device();
-    p.hbm_gb_per_s = 100.0;
-    // Op 0 reads sources 1-5 (2-5 of 8 MiB each); ops 1-70 read source 1 and make a small
-    // tensor freed at once; ops 71-80 each make 8 MiB that op 81 reads, and op 82 reads
-    // sources 2-5 again: the peak is 70 ops away after op 0, beyond the settle's reach, and
-    // what must leave for it takes longer on a link of 1 GB/s than the small ops before it run.
     let scratch: Vec<u64> = (200..270).collect();
     let made: Vec<u64> = (100..110).collect();
     let mut ops: Vec<(&str, Vec<u64>, Vec<u64>)> = vec![("float_add", vec![1, 2, 3, 4, 5], vec![])];
@@ -973,15 +967,26 @@ fn swap_runs_as_moving_every_victim_with_room_made_early_a_share_at_a_time() {
         .chain(made.iter().map(|id| (id, 82)))
         .map(|(&id, after_ops)| (id, after_ops))
         .collect();
-    let t = tape(&ops, &sizes, &drops);
+    tape(&ops, &sizes, &drops)
+}
+
+/// `swap`'s dry run is `both`'s behaviour that moves every victim and makes room early a share
+/// at a time, as the engine runs `swap`.
+#[test]
+fn swap_runs_as_moving_every_victim_with_room_made_early_a_share_at_a_time() {
+    use crate::policy::recompute::{Behaviour, RebuildRoom};
+    // Ops a hundred times faster than the link.
+    let mut p = slow_device();
+    p.hbm_gb_per_s = 100.0;
+    let t = peak_beyond_the_settle();
     let swap = Behaviour::new(RecomputeMode::Swap, RebuildRoom::AtSettle);
     let mut early_mattered = false;
     for budget in [88 * MIB, 96 * MIB, 104 * MIB] {
         let alone = dry_run(&t, &p, &config(budget)).unwrap();
         let both = dry_run(&t, &p, &config(budget).recompute(RecomputeMode::Both)).unwrap();
-        // `both_predicted` holds overheads.
+        // `predicted_behaviours` holds overheads.
         let predicted = |behaviour| {
-            both.both_predicted
+            both.predicted_behaviours
                 .iter()
                 .find(|(b, _)| *b == behaviour)
                 .map(|(_, overhead)| *overhead)
@@ -993,5 +998,70 @@ fn swap_runs_as_moving_every_victim_with_room_made_early_a_share_at_a_time() {
     assert!(
         early_mattered,
         "a budget where room made early changes the step"
+    );
+}
+
+/// `recompute` keeps its rule (every victim it may drop is dropped) and chooses per plan only
+/// how room is made early for the peak, the fastest of a share at a time, at once and not at
+/// all by its dry run, a tie going in that order; the config can set it, and then nothing is
+/// chosen.
+#[test]
+fn recompute_chooses_how_room_is_made_early_by_its_dry_run() {
+    use crate::policy::recompute::EarlyRoom;
+    let mut p = slow_device();
+    p.hbm_gb_per_s = 100.0;
+    let t = peak_beyond_the_settle();
+    let mut early_mattered = false;
+    for budget in [88 * MIB, 96 * MIB, 104 * MIB] {
+        let recompute = config(budget).recompute(RecomputeMode::Recompute);
+        let run = dry_run(&t, &p, &recompute).unwrap();
+        let chose = run.chose.expect("recompute chooses under a budget");
+        let ways: Vec<EarlyRoom> = run
+            .predicted_behaviours
+            .iter()
+            .map(|(b, _)| b.early_room())
+            .collect();
+        assert_eq!(
+            ways,
+            [EarlyRoom::Paced, EarlyRoom::AtOnce, EarlyRoom::Off],
+            "{budget}"
+        );
+        assert!(
+            run.predicted_behaviours
+                .iter()
+                .all(|(b, _)| { b.victims == RecomputeMode::Recompute && !b.keeps_state }),
+            "{budget}: {:?}",
+            run.predicted_behaviours
+        );
+        let fastest = run
+            .predicted_behaviours
+            .iter()
+            .map(|(_, overhead)| *overhead)
+            .fold(f64::INFINITY, f64::min);
+        let first_fastest = run
+            .predicted_behaviours
+            .iter()
+            .find(|(_, overhead)| *overhead == fastest)
+            .map(|(b, _)| *b);
+        assert_eq!(Some(chose), first_fastest, "{budget}");
+        assert_eq!(run.overhead, fastest, "{budget}");
+        // Set, each way runs as predicted, with nothing chosen.
+        for (behaviour, overhead) in &run.predicted_behaviours {
+            let set = dry_run(
+                &t,
+                &p,
+                &recompute.clone().early_room(behaviour.early_room()),
+            )
+            .unwrap();
+            assert_eq!((set.chose, set.overhead), (None, *overhead), "{budget}");
+        }
+        early_mattered |= run
+            .predicted_behaviours
+            .iter()
+            .any(|(_, overhead)| *overhead != fastest);
+    }
+    assert!(
+        early_mattered,
+        "a budget where the way room is made early changes the step"
     );
 }

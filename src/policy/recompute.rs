@@ -47,6 +47,8 @@ pub enum RecomputeMode {
     /// Drop every victim that has a recipe whose inputs stay alive, whatever the cost (as DTR
     /// does); the others are moved. Under `cost_aware`, on a busy link, the victims are chosen
     /// by the cheaper way back, a rebuild for those it may drop (see [`ranks_by_rebuild`]).
+    /// How room is made early for the step's peak ([`EarlyRoom`]) each plan's dry run chooses,
+    /// as `both`'s does (see [`candidates`]), unless the config sets it.
     Recompute,
     /// Each plan's steps run the way a dry run of the recorded step predicts fastest (see
     /// [`fastest_behaviour`]): as `swap`, as `recompute`, or weighing each victim, whichever
@@ -478,16 +480,101 @@ impl FromStr for RebuildRoom {
     }
 }
 
+/// How the settle makes room early for the step's coming peak while no eviction is under way
+/// ([`early_room`](super::prefetch::early_room)): not at all, all the room at once, or a share
+/// at a time (what the link moves while the settle's horizon of ops runs). Which is fastest
+/// depends on the step: on the recorded GPTs the room sent at once wins, on ResNet-50 at
+/// batch 16 a share at a time does (`docs/planner.md`), so `both` and `recompute` choose it per
+/// plan by their dry run unless the config sets it
+/// ([`SpillConfig::early_room`](crate::SpillConfig::early_room)).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum EarlyRoom {
+    /// The settle makes only the room the next ops need.
+    Off,
+    /// One early pass sends all the room the peak needs.
+    AtOnce,
+    /// Each early pass sends a share of it.
+    Paced,
+}
+
+impl EarlyRoom {
+    /// The names `FromStr` accepts.
+    pub const ACCEPTED: &'static str = "off, at_once, paced";
+
+    /// What the engine's settle reads: `None` when no room is made early, otherwise whether a
+    /// share at a time.
+    pub fn pacing(self) -> Option<bool> {
+        match self {
+            EarlyRoom::Off => None,
+            EarlyRoom::AtOnce => Some(false),
+            EarlyRoom::Paced => Some(true),
+        }
+    }
+}
+
+impl fmt::Display for EarlyRoom {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            EarlyRoom::Off => "off",
+            EarlyRoom::AtOnce => "at_once",
+            EarlyRoom::Paced => "paced",
+        })
+    }
+}
+
+impl FromStr for EarlyRoom {
+    type Err = SpillError;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s.trim().to_ascii_lowercase().replace('-', "_").as_str() {
+            "off" | "none" => Ok(EarlyRoom::Off),
+            "at_once" => Ok(EarlyRoom::AtOnce),
+            "paced" => Ok(EarlyRoom::Paced),
+            _ => Err(SpillError::InvalidValue {
+                field: "early_room",
+                value: s.to_string(),
+                accepted: Self::ACCEPTED,
+            }),
+        }
+    }
+}
+
 impl Behaviour {
     /// Whether `both` may run this behaviour when the config sets where room for rebuilds is
-    /// made (`room`, see [`SpillConfig::rebuild_room`](crate::SpillConfig::rebuild_room)) or
+    /// made (`room`, see [`SpillConfig::rebuild_room`](crate::SpillConfig::rebuild_room)),
     /// whether the state is kept (`keep_state`, see
-    /// [`SpillConfig::keep_state`](crate::SpillConfig::keep_state)): always when it sets
-    /// neither; otherwise when the behaviour makes room there or drops nothing, and keeps the
-    /// state as set.
-    pub fn allowed_by(&self, room: Option<RebuildRoom>, keep_state: Option<bool>) -> bool {
+    /// [`SpillConfig::keep_state`](crate::SpillConfig::keep_state)) or how room is made early
+    /// (`early`, see [`SpillConfig::early_room`](crate::SpillConfig::early_room)): always when
+    /// it sets none; otherwise when the behaviour makes room there or drops nothing, keeps the
+    /// state as set and makes room early as set.
+    pub fn allowed_by(
+        &self,
+        room: Option<RebuildRoom>,
+        keep_state: Option<bool>,
+        early: Option<EarlyRoom>,
+    ) -> bool {
         room.is_none_or(|room| room == self.rebuild_room || !self.victims.may_drop())
             && keep_state.is_none_or(|keep| keep == self.keeps_state)
+            && early.is_none_or(|early| early == self.early_room())
+    }
+
+    /// How this behaviour makes room early for the step's peak.
+    pub fn early_room(&self) -> EarlyRoom {
+        match (self.evicts_early, self.paces_early) {
+            (false, _) => EarlyRoom::Off,
+            (true, false) => EarlyRoom::AtOnce,
+            (true, true) => EarlyRoom::Paced,
+        }
+    }
+
+    /// This behaviour, making room early as `early` says.
+    pub const fn with_early_room(self, early: EarlyRoom) -> Self {
+        Behaviour {
+            evicts_early: !matches!(early, EarlyRoom::Off),
+            paces_early: matches!(early, EarlyRoom::Paced),
+            ..self
+        }
     }
 
     /// `victims`, with room for rebuilds made where `rebuild_room` says, the state moving as
@@ -656,6 +743,70 @@ pub fn fastest_behaviour(predicted: &[(Behaviour, f64)]) -> Option<Behaviour> {
 /// How much faster (a share of the step) a behaviour keeping the state must be predicted than
 /// the fastest moving it, for [`fastest_behaviour`] to take it.
 pub const KEEP_STATE_MARGIN: f64 = 0.01;
+
+/// The behaviours a plan's dry run chooses among under `mode`, in the order a tie goes, given
+/// what the config sets (see [`Behaviour::allowed_by`]). `both` chooses among all of
+/// [`BEHAVIOURS`] it allows. `recompute` keeps its rule (every victim it may drop is dropped,
+/// room for rebuilds made and the state moved or kept as the config says, by default by the
+/// settle and moved) and chooses only how room is made early for the peak, a share at a time
+/// first (its rule before it chose), then at once, then not. `swap` chooses nothing: it makes
+/// room early as the config says, by default a share at a time.
+///
+/// Why `recompute` chooses that much: how room is made early is a matter of scheduling, not of
+/// which victims are dropped, and no one way is fastest on every step (`h200-pcie5`,
+/// cost_aware, window 512, overhead at 50 / 33 / 25% of the peak; `docs/planner.md`):
+///
+/// | early room | GPT b8 | ResNet-50 b16 |
+/// | --- | --- | --- |
+/// | off | +55.9 / +80.2 / +96.4% | +17.1 / +52.8 / +69.6% |
+/// | at once | +26.5 / +60.1 / +84.9% | +10.3 / +56.9 / +78.7% |
+/// | a share at a time | +31.0 / +63.2 / +90.5% | +2.3 / +41.1 / +60.7% |
+pub fn candidates(
+    mode: RecomputeMode,
+    room: Option<RebuildRoom>,
+    keep_state: Option<bool>,
+    early: Option<EarlyRoom>,
+) -> Vec<Behaviour> {
+    match mode {
+        RecomputeMode::Both => BEHAVIOURS
+            .iter()
+            .copied()
+            .filter(|behaviour| behaviour.allowed_by(room, keep_state, early))
+            .collect(),
+        RecomputeMode::Recompute => {
+            let rule = Behaviour {
+                keeps_state: keep_state.unwrap_or(false),
+                ..Behaviour::new(
+                    RecomputeMode::Recompute,
+                    room.unwrap_or(RebuildRoom::AtSettle),
+                )
+            };
+            [EarlyRoom::Paced, EarlyRoom::AtOnce, EarlyRoom::Off]
+                .into_iter()
+                .filter(|way| early.is_none_or(|early| early == *way))
+                .map(|way| rule.with_early_room(way))
+                .collect()
+        }
+        RecomputeMode::Swap => Vec::new(),
+    }
+}
+
+/// Which of `mode`'s [`candidates`] a plan's steps run with, from the step time a dry run
+/// predicts for each (`predicted`, in seconds, in the candidates' order): under `both` as
+/// [`fastest_behaviour`] decides; under `recompute` the fastest, a tie going to the earlier.
+/// `None` when nothing was predicted.
+pub fn chosen_from(mode: RecomputeMode, predicted: &[(Behaviour, f64)]) -> Option<Behaviour> {
+    if mode == RecomputeMode::Both {
+        return fastest_behaviour(predicted);
+    }
+    let mut fastest: Option<(Behaviour, f64)> = None;
+    for &(behaviour, seconds) in predicted {
+        if fastest.is_none_or(|(_, best)| seconds < best) {
+            fastest = Some((behaviour, seconds));
+        }
+    }
+    fastest.map(|(behaviour, _)| behaviour)
+}
 
 /// Whether to drop `victim` (to be rebuilt by `rebuild`) rather than move it. The caller has
 /// checked the memory rule (see the module docs).
@@ -994,7 +1145,7 @@ mod tests {
             assert_eq!(room.to_string().parse::<RebuildRoom>().unwrap(), room);
             let allowed: Vec<_> = BEHAVIOURS
                 .iter()
-                .filter(|b| b.allowed_by(Some(room), None))
+                .filter(|b| b.allowed_by(Some(room), None, None))
                 .collect();
             assert_eq!(
                 allowed.len(),
@@ -1011,11 +1162,11 @@ mod tests {
                     .all(|b| b.rebuild_room == room || !b.victims.may_drop())
             );
         }
-        assert!(BEHAVIOURS.iter().all(|b| b.allowed_by(None, None)));
+        assert!(BEHAVIOURS.iter().all(|b| b.allowed_by(None, None, None)));
         for keep in [false, true] {
             let allowed: Vec<_> = BEHAVIOURS
                 .iter()
-                .filter(|b| b.allowed_by(None, Some(keep)))
+                .filter(|b| b.allowed_by(None, Some(keep), None))
                 .collect();
             assert_eq!(allowed.len(), 21, "keep_state {keep}");
             assert!(allowed.iter().all(|b| b.keeps_state == keep));
@@ -1025,6 +1176,68 @@ mod tests {
             err.contains("anywhere") && err.contains(RebuildRoom::ACCEPTED),
             "{err}"
         );
+    }
+
+    #[test]
+    fn recompute_chooses_only_how_room_is_made_early_and_swap_nothing() {
+        use EarlyRoom::{AtOnce, Off, Paced};
+        use RebuildRoom::{AtSettle, InPrefetchWalk};
+        for early in [Off, AtOnce, Paced] {
+            assert_eq!(early.to_string().parse::<EarlyRoom>().unwrap(), early);
+            let behaviour = Behaviour::new(RecomputeMode::Both, AtSettle).with_early_room(early);
+            assert_eq!(behaviour.early_room(), early);
+            let set = candidates(RecomputeMode::Both, None, None, Some(early));
+            assert_eq!(set.len(), 14, "{early}");
+            assert!(set.iter().all(|b| b.early_room() == early), "{early}");
+        }
+        assert_eq!(" At-Once ".parse::<EarlyRoom>().unwrap(), AtOnce);
+        let err = "soon".parse::<EarlyRoom>().unwrap_err().to_string();
+        assert!(
+            err.contains("soon") && err.contains(EarlyRoom::ACCEPTED),
+            "{err}"
+        );
+
+        assert!(candidates(RecomputeMode::Swap, None, None, None).is_empty());
+        assert_eq!(
+            candidates(RecomputeMode::Both, None, None, None),
+            BEHAVIOURS
+        );
+        let rule = Behaviour::new(RecomputeMode::Recompute, AtSettle);
+        assert_eq!(
+            candidates(RecomputeMode::Recompute, None, None, None),
+            [rule.pacing_early(), rule.evicting_early(), rule],
+            "the rule before the choice first, so that a tie keeps it"
+        );
+        let configured = candidates(
+            RecomputeMode::Recompute,
+            Some(InPrefetchWalk),
+            Some(true),
+            None,
+        );
+        assert_eq!(configured.len(), 3);
+        assert!(
+            configured
+                .iter()
+                .all(|b| b.rebuild_room == InPrefetchWalk && b.keeps_state),
+            "{configured:?}"
+        );
+        assert_eq!(
+            candidates(RecomputeMode::Recompute, None, None, Some(Off)),
+            [rule]
+        );
+
+        let (paced, at_once, off) = (rule.pacing_early(), rule.evicting_early(), rule);
+        let mode = RecomputeMode::Recompute;
+        assert_eq!(
+            chosen_from(mode, &[(paced, 1.0), (at_once, 0.9), (off, 0.95)]),
+            Some(at_once)
+        );
+        assert_eq!(
+            chosen_from(mode, &[(paced, 1.0), (at_once, 1.0), (off, 1.0)]),
+            Some(paced),
+            "a tie goes to the earlier"
+        );
+        assert_eq!(chosen_from(mode, &[]), None);
     }
 
     #[test]

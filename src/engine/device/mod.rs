@@ -118,6 +118,9 @@ pub struct Limits {
     /// config sets it (under `both`, it limits the behaviours a plan may choose; unset, `both`
     /// chooses and the other modes move the state).
     pub keep_state: Option<bool>,
+    /// How room is made early for the step's peak, when the config sets it (unset, `both` and
+    /// `recompute` choose per plan and `swap` makes it a share at a time).
+    pub early_room: Option<crate::policy::recompute::EarlyRoom>,
 }
 
 impl Limits {

@@ -133,7 +133,7 @@ impl BehaviourCell {
             && thread.join().is_err()
         {
             tracing::warn!(target: "burn_spill::plan",
-                "choosing the behaviour of `both` failed; it keeps the one in force");
+                "choosing the behaviour of a plan failed; it keeps the one in force");
         }
     }
 }
@@ -168,22 +168,25 @@ impl DeviceEngine {
     }
 
     /// Whether the settle makes room early for the step's coming peak, and whether a share at a
-    /// time (`Some(paced)`, see [`early_room`](crate::policy::prefetch::early_room)): under
-    /// `swap` and `recompute` with a budget, always, a share at a time; under `both`, as the
-    /// behaviour of the plan in force says.
+    /// time (`Some(paced)`, see [`early_room`](crate::policy::prefetch::early_room)), with a
+    /// budget: as the config says when it sets it; otherwise as the behaviour the plan in force
+    /// chose under `both` and `recompute`; before one was chosen, a share at a time under
+    /// `swap` and `recompute` (their rule before `recompute` chose) and not under `both`.
     pub(super) fn early_room_pacing(&self, limits: &Limits) -> Option<bool> {
-        if limits.recompute != RecomputeMode::Both && limits.budget.is_some() {
-            return Some(true);
+        limits.budget?;
+        if let Some(early) = limits.early_room {
+            return early.pacing();
         }
-        self.chosen_behaviour(limits)
-            .filter(|behaviour| behaviour.evicts_early)
-            .map(|behaviour| behaviour.paces_early)
+        match self.chosen_behaviour(limits) {
+            Some(behaviour) => behaviour.early_room().pacing(),
+            None => (limits.recompute != RecomputeMode::Both).then_some(true),
+        }
     }
 
-    /// Under `both` with a budget, once a plan chose it: the behaviour the planned steps run
-    /// with (what [`crate::RecomputeStats::behaviour`] reports).
+    /// Under `both` and `recompute` with a budget, once a plan chose it: the behaviour the
+    /// planned steps run with (what [`crate::RecomputeStats::behaviour`] reports).
     pub(super) fn chosen_behaviour(&self, limits: &Limits) -> Option<Behaviour> {
-        if limits.recompute != RecomputeMode::Both || limits.budget.is_none() {
+        if limits.recompute == RecomputeMode::Swap || limits.budget.is_none() {
             return None;
         }
         self.behaviour.get()
@@ -195,15 +198,22 @@ impl DeviceEngine {
         *lock(&self.rebuild_profile) = profile.map(Arc::new);
     }
 
-    /// Under `both`, with a budget: chooses the behaviour the steps of the plan made from
-    /// `tape` run with, by dry-running `tape` with each on the configured profile (or this
-    /// machine as measured: links and op times as this run saw them) and taking the fastest.
-    /// Starts where the plan is made, once per plan, and lands when the dry runs are done (see
-    /// [`BehaviourCell`]).
+    /// Under `both` and `recompute`, with a budget: chooses the behaviour the steps of the plan
+    /// made from `tape` run with, by dry-running `tape` with each the mode may choose
+    /// ([`recompute::candidates`]) on the configured profile (or this machine as measured:
+    /// links and op times as this run saw them) and taking the fastest. Starts where the plan
+    /// is made, once per plan, and lands when the dry runs are done (see [`BehaviourCell`]).
     pub(super) fn choose_behaviour(&self, tape: &Arc<StepTape>) {
         let limits = self.limits();
         let Some(budget) = limits.budget else { return };
-        if limits.recompute != RecomputeMode::Both {
+        let candidates = recompute::candidates(
+            limits.recompute,
+            limits.rebuild_room,
+            limits.keep_state,
+            limits.early_room,
+        );
+        // Nothing to choose: `swap`, or a config that fixes every choice.
+        if candidates.len() < 2 {
             return;
         }
         let profile = match lock(&self.rebuild_profile).clone() {
@@ -216,7 +226,8 @@ impl DeviceEngine {
             policy: limits.policy,
             prefetch_window: limits.prefetch_window,
             asynchronous: limits.asynchronous,
-            recompute: RecomputeMode::Both,
+            // The mode that chooses; each candidate sets the rest.
+            recompute: limits.recompute,
             rebuild_room: RebuildRoom::AtSettle,
             keeps_lineage: !self.queues().fuses_ops(),
             state: plan::StateResidency::Movable,
@@ -243,12 +254,12 @@ impl DeviceEngine {
                     &op_seconds,
                     &gaps,
                     settings,
-                    limits.rebuild_room,
-                    limits.keep_state,
+                    &candidates,
                 );
-                tracing::info!(target: "burn_spill::plan", behaviour = %chosen.behaviour,
-                    profile = %profile.name, predicted = ?chosen.predicted,
-                    "`both` runs the planned steps with the behaviour its dry run predicts fastest");
+                tracing::info!(target: "burn_spill::plan", mode = %limits.recompute,
+                    behaviour = %chosen.behaviour, profile = %profile.name,
+                    predicted = ?chosen.predicted,
+                    "the planned steps run with the behaviour the dry run predicts fastest");
                 cell.land(generation, chosen.behaviour);
             }
         };
@@ -259,7 +270,7 @@ impl DeviceEngine {
         {
             Ok(thread) => choosing.thread = Some(thread),
             Err(error) => tracing::warn!(target: "burn_spill::plan", %error,
-                "no thread to choose the behaviour of `both`; it keeps the one in force"),
+                "no thread to choose the behaviour of a plan; it keeps the one in force"),
         }
     }
 

@@ -750,6 +750,59 @@ mod tests {
         engine
     }
 
+    /// How the settle makes room early: set by the config in every mode; otherwise chosen per
+    /// plan under `recompute` and `both` (paced under `recompute` and none under `both` until
+    /// a choice lands), and paced under `swap`, which chooses nothing.
+    #[test]
+    fn room_is_made_early_as_configured_or_as_the_plan_chose() {
+        use crate::policy::RecomputeMode::{Both, Recompute, Swap};
+        use crate::policy::recompute::{Behaviour, EarlyRoom, RebuildRoom};
+        let at_once = Behaviour::new(Recompute, RebuildRoom::AtSettle).evicting_early();
+        for mode in [Swap, Recompute, Both] {
+            let engine = engine_with(
+                Limits {
+                    recompute: mode,
+                    ..limits(6 * KIB, 0, false)
+                },
+                plan(),
+            );
+            let before = engine.early_room_pacing(&engine.limits());
+            assert_eq!(
+                before,
+                (mode != Both).then_some(true),
+                "{mode}, nothing chosen"
+            );
+            engine.behaviour.land(0, at_once);
+            let chosen = engine.early_room_pacing(&engine.limits());
+            let expected = if mode == Swap {
+                Some(true)
+            } else {
+                Some(false)
+            };
+            assert_eq!(chosen, expected, "{mode}, at once chosen");
+            for early in [EarlyRoom::Off, EarlyRoom::AtOnce, EarlyRoom::Paced] {
+                let limits = Limits {
+                    early_room: Some(early),
+                    ..engine.limits()
+                };
+                assert_eq!(
+                    engine.early_room_pacing(&limits),
+                    early.pacing(),
+                    "{mode}, {early}"
+                );
+            }
+            let unlimited = Limits {
+                budget: None,
+                ..engine.limits()
+            };
+            assert_eq!(
+                engine.early_room_pacing(&unlimited),
+                None,
+                "{mode}, no budget"
+            );
+        }
+    }
+
     /// Moves measured at `fixed` each plus `per_kib` (a 4-byte one tells the fixed cost; each
     /// pair leaves the ledger's tiers as they were).
     fn measure_moves(engine: &DeviceEngine, fixed: Duration, per_kib: Duration) {
