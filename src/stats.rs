@@ -154,10 +154,12 @@ pub struct RecomputeStats {
     pub rebuild_time: Duration,
     /// Bytes of the tensors that are dropped now (in no tier).
     pub dropped_now_bytes: u64,
-    /// Under [`RecomputeMode::Both`](crate::RecomputeMode::Both) with a budget, once a step is
-    /// planned: how the planned steps treat their victims, as `both` chose from a dry run of
-    /// the recorded step (see [`Behaviour`](crate::policy::recompute::Behaviour)). `None`
-    /// otherwise.
+    /// Under [`RecomputeMode::Both`](crate::RecomputeMode::Both) and
+    /// [`RecomputeMode::Recompute`](crate::RecomputeMode::Recompute) with a budget, once a step
+    /// is planned: how the planned steps treat their victims, as the mode chose from a dry run
+    /// of the recorded step (see [`Behaviour`](crate::policy::recompute::Behaviour); under
+    /// `recompute`, how room is made early). `None` otherwise, and where the config leaves
+    /// nothing to choose.
     #[serde(default)]
     pub behaviour: Option<crate::policy::recompute::Behaviour>,
 }
