@@ -46,8 +46,8 @@ pub use backend::tensor::{SpillTensor, TensorKind};
 pub use backend::{SpillBackend, StepGuard};
 pub use config::{
     DeviceBudget, ENV_BUDGET, ENV_DIR, ENV_EARLY_ROOM, ENV_HOST_LIMIT, ENV_KEEP_STATE, ENV_POLICY,
-    ENV_PRESET, ENV_RECOMPUTE, ENV_REMOTE, ENV_TIER_ORDER, ENV_VERIFY, Preset, SpillConfig,
-    TierOrder, parse_bytes,
+    ENV_PRESET, ENV_REBUILD_PROFILE, ENV_REBUILD_ROOM, ENV_RECOMPUTE, ENV_REMOTE, ENV_TIER_ORDER,
+    ENV_VERIFY, Preset, SpillConfig, TierOrder, parse_bytes,
 };
 pub use engine::{LiveSummary, PoolUsage, TensorId, TensorRole, Tier};
 pub use error::SpillError;

@@ -9,7 +9,8 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-use burn_spill::{PolicyKind, Preset};
+use burn_spill::policy::recompute::EarlyRoom;
+use burn_spill::{PolicyKind, Preset, RecomputeMode};
 
 /// target/<profile>/deps/examples-<hash> -> target/<profile>/examples/<name>
 fn example(name: &str) -> PathBuf {
@@ -54,6 +55,9 @@ fn clean_command(name: &str, args: &[&str]) -> Command {
         burn_spill::ENV_POLICY,
         burn_spill::ENV_PRESET,
         burn_spill::ENV_VERIFY,
+        burn_spill::ENV_RECOMPUTE,
+        burn_spill::ENV_REBUILD_PROFILE,
+        burn_spill::ENV_EARLY_ROOM,
         "BURN_SPILL_TRACE",
         "RUST_LOG",
     ] {
@@ -473,6 +477,92 @@ fn bad_values_name_the_flag_and_the_accepted_values() {
         &["--backend", "flex", "--pool-pages", "exclusive"],
         &["--pool-pages", "wgpu"],
     );
+    bad(
+        "transformer",
+        &["--recompute", "sometimes"],
+        &["--recompute", "sometimes", RecomputeMode::ACCEPTED],
+    );
+    bad(
+        "resnet",
+        &["--early-room", "soon"],
+        &["--early-room", "soon", EarlyRoom::ACCEPTED],
+    );
+    bad(
+        "transformer",
+        &["--rebuild-profile", "abacus"],
+        &["--rebuild-profile", "abacus"],
+    );
+}
+
+/// `--recompute` reaches the spilled run (by flag, or by `BURN_SPILL_RECOMPUTE` in its place):
+/// it drops and rebuilds tensors, trains bit for bit as plain, and its plan chooses a behaviour
+/// of the mode asked for, which the report and the table show.
+#[test]
+fn the_examples_recompute_when_asked_and_train_identically() {
+    let dir = tempfile::tempdir().unwrap();
+    let report_path = dir.path().join("report.json");
+    let report_file = report_path.to_str().unwrap();
+    let args = [
+        GPT_TINY,
+        &[
+            "--steps",
+            "4",
+            "--verify",
+            "--budget",
+            "30%",
+            "--report",
+            report_file,
+        ],
+    ]
+    .concat();
+    let flag = [
+        args.as_slice(),
+        &[
+            "--recompute",
+            "recompute",
+            "--rebuild-profile",
+            "h200-pcie5",
+        ],
+    ]
+    .concat();
+    // Run one at a time: both write the same report.
+    let recompute_by_flag = || run("transformer", &flag);
+    let both_by_variable =
+        || run_with_env("transformer", &args, &[(burn_spill::ENV_RECOMPUTE, "both")]);
+    let runs: [(&str, &dyn Fn() -> Output); 2] = [
+        ("recompute", &recompute_by_flag),
+        ("both", &both_by_variable),
+    ];
+    for (mode, run_it) in runs {
+        let out = run_it();
+        let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+        assert!(
+            out.status.success(),
+            "{mode}: stdout:\n{stdout}\nstderr:\n{stderr}"
+        );
+        assert!(stdout.contains("identical:"), "{mode}: {stdout}");
+        assert!(
+            stdout.contains(&format!("recompute ({mode})")),
+            "{mode}: {stdout}"
+        );
+        let report: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&report_path).unwrap()).unwrap();
+        let recompute = &report["stats"]["recompute"];
+        assert!(
+            recompute["rebuilt"].as_u64().unwrap() > 0,
+            "{mode}: nothing rebuilt: {recompute}"
+        );
+        let chose = &recompute["behaviour"];
+        if mode == "recompute" {
+            assert_eq!(chose["victims"], "recompute", "{mode}: {recompute}");
+        } else {
+            assert!(chose.is_object(), "{mode}: {recompute}");
+            assert!(
+                stderr.contains("note: BURN_SPILL_RECOMPUTE=both replaces its flag"),
+                "{stderr}"
+            );
+        }
+    }
 }
 
 #[test]
@@ -587,6 +677,12 @@ fn a_bad_environment_override_names_the_variable() {
     for (var, value, accepted) in [
         (burn_spill::ENV_BUDGET, "lots", "30%"),
         (burn_spill::ENV_VERIFY, "maybe", "`on`"),
+        (
+            burn_spill::ENV_RECOMPUTE,
+            "sometimes",
+            RecomputeMode::ACCEPTED,
+        ),
+        (burn_spill::ENV_EARLY_ROOM, "soon", EarlyRoom::ACCEPTED),
     ] {
         let out = run_with_env("resnet", &[], &[(var, value)]);
         let stderr = text(&out.stderr);

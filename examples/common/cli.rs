@@ -5,8 +5,10 @@ use std::path::{Path, PathBuf};
 use std::str::FromStr;
 
 pub use super::usage::{exit_usage, parse_flags};
+use burn_spill::policy::recompute::EarlyRoom;
 use burn_spill::{
-    ENV_BUDGET, ENV_DIR, ENV_HOST_LIMIT, ENV_POLICY, ENV_PRESET, ENV_VERIFY, PolicyKind, Preset,
+    ENV_BUDGET, ENV_DIR, ENV_EARLY_ROOM, ENV_HOST_LIMIT, ENV_POLICY, ENV_PRESET,
+    ENV_REBUILD_PROFILE, ENV_RECOMPUTE, ENV_VERIFY, PolicyKind, Preset, RecomputeMode,
 };
 
 use super::backends::BackendKind;
@@ -30,6 +32,24 @@ pub struct SpillArgs {
     /// Which tensors leave the device first (default: the preset's).
     #[arg(long, value_parser = parse_policy)]
     pub policy: Option<PolicyKind>,
+
+    /// What the spilled run does with its victims: swap (moves them: the library's default),
+    /// recompute (drops every one it may and rebuilds it at its next use, as DTR does) or both
+    /// (each plan runs the way a dry run of the recorded step predicts fastest).
+    #[arg(long, default_value = "swap", value_parser = parse_recompute)]
+    pub recompute: RecomputeMode,
+
+    /// The device profile a rebuild is timed on and, under recompute and both, the recorded
+    /// step dry-run on: h200-pcie5, h100-pcie5, a100-pcie4, rtx4090-pcie4, gh200-c2c,
+    /// measured, or a profile JSON file (default: measured on Flex and NdArray, rtx4090-pcie4
+    /// on wgpu and CUDA).
+    #[arg(long, value_parser = parse_plan_device)]
+    pub rebuild_profile: Option<String>,
+
+    /// How the spilled run makes room early for the step's coming peak: off, at_once or paced
+    /// (default: chosen per plan under recompute and both, paced under swap).
+    #[arg(long, value_parser = parse_early_room)]
+    pub early_room: Option<EarlyRoom>,
 
     /// The host tier's limit, past which spilled bytes go to disk: bytes, a percentage of the
     /// plain run's peak, or `unlimited`.
@@ -174,6 +194,24 @@ pub fn parse_policy(value: &str) -> Result<PolicyKind, String> {
     })
 }
 
+pub fn parse_recompute(value: &str) -> Result<RecomputeMode, String> {
+    RecomputeMode::from_str(value).map_err(|_| {
+        format!(
+            "`{value}` is not a recompute mode; accepted: {}",
+            RecomputeMode::ACCEPTED
+        )
+    })
+}
+
+pub fn parse_early_room(value: &str) -> Result<EarlyRoom, String> {
+    EarlyRoom::from_str(value).map_err(|_| {
+        format!(
+            "`{value}` is not a way to make room early; accepted: {}",
+            EarlyRoom::ACCEPTED
+        )
+    })
+}
+
 /// Creates the directory now, so that a bad one fails before any training rather than when the
 /// first tensor goes to disk, and checks that files can be made in it.
 fn parse_spill_dir(value: &str) -> Result<PathBuf, String> {
@@ -247,6 +285,15 @@ fn apply_env_overrides(args: &mut SpillArgs) {
     }
     if let Some(v) = read(ENV_PRESET) {
         args.preset = Some(parsed(ENV_PRESET, &v, parse_preset(&v)));
+    }
+    if let Some(v) = read(ENV_RECOMPUTE) {
+        args.recompute = parsed(ENV_RECOMPUTE, &v, parse_recompute(&v));
+    }
+    if let Some(v) = read(ENV_REBUILD_PROFILE) {
+        args.rebuild_profile = Some(parsed(ENV_REBUILD_PROFILE, &v, parse_plan_device(&v)));
+    }
+    if let Some(v) = read(ENV_EARLY_ROOM) {
+        args.early_room = Some(parsed(ENV_EARLY_ROOM, &v, parse_early_room(&v)));
     }
     if let Some(v) = read(ENV_VERIFY) {
         // The library's own reading of the switch, so that both accept the same words.

@@ -250,7 +250,15 @@ fn spilled_config(args: &SpillArgs, default_preset: Preset, plain_peak: u64) -> 
     if let Some(dir) = &args.spill_dir {
         config = config.spill_dir(dir);
     }
-    config = config.verify_restores(args.verify_restores);
+    config = config
+        .verify_restores(args.verify_restores)
+        .recompute(args.recompute);
+    if let Some(profile) = &args.rebuild_profile {
+        config = config.rebuild_profile(profile.clone());
+    }
+    if let Some(early) = args.early_room {
+        config = config.early_room(early);
+    }
     SpilledConfig {
         config,
         preset,

@@ -154,6 +154,28 @@ fn print_table<M>(run: &RunDescription<M>, args: &SpillArgs, outcome: &Outcome) 
         ],
         ["verify".into(), String::new(), verify],
     ];
+    // What the spilled run dropped and rebuilt instead of moving, and the behaviour its plan
+    // chose (`--recompute`).
+    if args.recompute.may_drop() {
+        let r = &stats.recompute;
+        let chose = r
+            .behaviour
+            .map_or("nothing chosen".to_string(), |b| format!("chose: {b}"));
+        // After the over-budget ops, before the step times.
+        rows.insert(
+            rows.len() - 3,
+            [
+                format!("recompute ({})", args.recompute),
+                "-".into(),
+                format!(
+                    "dropped {}, rebuilt {} in {}; {chose}",
+                    r.dropped,
+                    r.rebuilt,
+                    millis(r.rebuild_time)
+                ),
+            ],
+        );
+    }
     // What the allocator itself holds, where the backend reports it (CubeCL): on a GPU, an
     // out-of-memory is about reserved bytes, not the tensors' own.
     if let Some(pool) = &stats.pool {
