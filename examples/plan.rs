@@ -96,7 +96,7 @@ struct Cli {
     recompute: RecomputeMode,
 
     /// Where room for rebuilds is made ahead: at_settle, beside_prefetches or
-    /// in_prefetch_walk (default: at_settle under recompute; under both, chosen per budget).
+    /// in_prefetch_walk (default: chosen per budget under recompute and both).
     #[arg(long, value_parser = parse_rebuild_room)]
     rebuild_room: Option<RebuildRoom>,
 

@@ -383,8 +383,8 @@ impl SpillConfig {
     /// Where room for the rebuilds of dropped tensors is made ahead of their ops (see
     /// [`RebuildRoom`]): by the settle after each op only (`at_settle`), also beside each
     /// prefetch (`beside_prefetches`), or also in the prefetch walk (`in_prefetch_walk`). Under
-    /// `recompute` the default is `at_settle`; under `both`, unset, each plan's dry run
-    /// chooses it with the rest of its behaviour, and set, `both` chooses only among the
+    /// `recompute` and `both`, unset, each plan's dry run chooses it with the rest of its
+    /// behaviour (`at_settle` until a plan has chosen), and set, they choose only among the
     /// behaviours that make room there. `BURN_SPILL_REBUILD_ROOM` overrides it.
     pub fn rebuild_room(mut self, room: RebuildRoom) -> Self {
         self.rebuild_room = Some(room);

@@ -158,7 +158,7 @@ pub struct RecomputeStats {
     /// [`RecomputeMode::Recompute`](crate::RecomputeMode::Recompute) with a budget, once a step
     /// is planned: how the planned steps treat their victims, as the mode chose from a dry run
     /// of the recorded step (see [`Behaviour`](crate::policy::recompute::Behaviour); under
-    /// `recompute`, how room is made early). `None` otherwise, and where the config leaves
+    /// `recompute`, where room for rebuilds is made and how room is made early). `None` otherwise, and where the config leaves
     /// nothing to choose.
     #[serde(default)]
     pub behaviour: Option<crate::policy::recompute::Behaviour>,

@@ -13,7 +13,7 @@ use budgeted::{at_30_percent_marked_with, cnn, gpt};
 use burn::backend::autodiff::checkpoint::strategy::BalancedCheckpointing;
 use burn::backend::{Autodiff, Flex};
 use burn::tensor::{Distribution, Tensor, TensorData};
-use burn_spill::policy::recompute::EarlyRoom;
+use burn_spill::policy::recompute::{EarlyRoom, RebuildRoom};
 use burn_spill::{PolicyKind, RecomputeMode, SpillBackend, SpillConfig, SpillStats};
 use common::{ExclusiveDevice, Plain, Spill, assert_same_data};
 
@@ -329,7 +329,6 @@ fn keeping_the_state_on_the_device_trains_identically_at_30_percent() {
 /// recompute only trains identically with each, and drops.
 #[test]
 fn recompute_with_room_for_rebuilds_made_anywhere_trains_identically_at_30_percent() {
-    use burn_spill::policy::recompute::RebuildRoom;
     for room in [
         RebuildRoom::AtSettle,
         RebuildRoom::BesidePrefetches,
@@ -458,8 +457,9 @@ fn no_tier_holds_more_with_recompute_than_with_swap_only() {
         ),
         ("transformer", gpt::<Trained>, gpt::<Spilled>, 4),
     ] {
-        // Synchronous, with room made early as swap only makes it (recompute chooses how per
-        // plan otherwise): the runs are deterministic, so they differ only by the drops.
+        // Synchronous, with room made early as swap only makes it and room for rebuilds made
+        // by the settle (recompute chooses both per plan otherwise): the runs are
+        // deterministic, so they differ only by the drops.
         let swap_only = |config: SpillConfig| {
             dropping(config)
                 .recompute(RecomputeMode::Swap)
@@ -470,6 +470,7 @@ fn no_tier_holds_more_with_recompute_than_with_swap_only() {
             dropping(config)
                 .asynchronous(false)
                 .early_room(EarlyRoom::Paced)
+                .rebuild_room(RebuildRoom::AtSettle)
         };
         // The first marked run of a process measures a lower unlimited peak (the tape is not
         // on yet): it only warms up, so that both runs below get the same budget.
@@ -489,7 +490,7 @@ fn no_tier_holds_more_with_recompute_than_with_swap_only() {
         );
         assert_eq!(
             recompute.recompute.behaviour, None,
-            "{name}: nothing to choose once the config sets how room is made early"
+            "{name}: nothing to choose once the config sets where and when room is made"
         );
         assert!(
             recompute.peak.device <= swap.peak.device.max(recompute.device_budget_bytes.unwrap()),

@@ -65,7 +65,7 @@ pub struct DryRun {
     /// choice: the behaviour the step runs with, the fastest of those the mode may choose
     /// ([`crate::policy::recompute::candidates`]: under `both` weighing each victim, moving
     /// every victim or dropping every victim it may, each with its ways of making room; under
-    /// `recompute` how room is made early), as the engine chooses it from the same dry run
+    /// `recompute` where room for rebuilds is made and how room is made early), as the engine chooses it from the same dry run
     /// ([`crate::policy::recompute::chosen_from`]). `None` otherwise.
     pub chose: Option<crate::policy::recompute::Behaviour>,
     /// Where [`chose`](Self::chose) is set: each behaviour's predicted overhead (as

@@ -1002,30 +1002,37 @@ fn swap_runs_as_moving_every_victim_with_room_made_early_a_share_at_a_time() {
 }
 
 /// `recompute` keeps its rule (every victim it may drop is dropped) and chooses per plan only
-/// how room is made early for the peak, the fastest of a share at a time, at once and not at
-/// all by its dry run, a tie going in that order; the config can set it, and then nothing is
-/// chosen.
+/// where room for rebuilds is made (by the settle, also beside prefetches, also in the prefetch
+/// walk) and how room is made early for the peak (a share at a time, at once, not at all), the
+/// fastest of the nine by its dry run, a tie going in that order; the config can set both, and
+/// then nothing is chosen.
 #[test]
-fn recompute_chooses_how_room_is_made_early_by_its_dry_run() {
-    use crate::policy::recompute::EarlyRoom;
+fn recompute_chooses_where_and_when_room_is_made_by_its_dry_run() {
+    use crate::policy::recompute::{EarlyRoom, RebuildRoom};
     let mut p = slow_device();
     p.hbm_gb_per_s = 100.0;
     let t = peak_beyond_the_settle();
-    let mut early_mattered = false;
+    let mut way_mattered = false;
     for budget in [88 * MIB, 96 * MIB, 104 * MIB] {
         let recompute = config(budget).recompute(RecomputeMode::Recompute);
         let run = dry_run(&t, &p, &recompute).unwrap();
         let chose = run.chose.expect("recompute chooses under a budget");
-        let ways: Vec<EarlyRoom> = run
+        let ways: Vec<(RebuildRoom, EarlyRoom)> = run
             .predicted_behaviours
             .iter()
-            .map(|(b, _)| b.early_room())
+            .map(|(b, _)| (b.rebuild_room, b.early_room()))
             .collect();
-        assert_eq!(
-            ways,
-            [EarlyRoom::Paced, EarlyRoom::AtOnce, EarlyRoom::Off],
-            "{budget}"
-        );
+        let mut expected = Vec::new();
+        for room in [
+            RebuildRoom::AtSettle,
+            RebuildRoom::BesidePrefetches,
+            RebuildRoom::InPrefetchWalk,
+        ] {
+            for early in [EarlyRoom::Paced, EarlyRoom::AtOnce, EarlyRoom::Off] {
+                expected.push((room, early));
+            }
+        }
+        assert_eq!(ways, expected, "{budget}");
         assert!(
             run.predicted_behaviours
                 .iter()
@@ -1047,21 +1054,20 @@ fn recompute_chooses_how_room_is_made_early_by_its_dry_run() {
         assert_eq!(run.overhead, fastest, "{budget}");
         // Set, each way runs as predicted, with nothing chosen.
         for (behaviour, overhead) in &run.predicted_behaviours {
-            let set = dry_run(
-                &t,
-                &p,
-                &recompute.clone().early_room(behaviour.early_room()),
-            )
-            .unwrap();
+            let set = recompute
+                .clone()
+                .rebuild_room(behaviour.rebuild_room)
+                .early_room(behaviour.early_room());
+            let set = dry_run(&t, &p, &set).unwrap();
             assert_eq!((set.chose, set.overhead), (None, *overhead), "{budget}");
         }
-        early_mattered |= run
+        way_mattered |= run
             .predicted_behaviours
             .iter()
             .any(|(_, overhead)| *overhead != fastest);
     }
     assert!(
-        early_mattered,
-        "a budget where the way room is made early changes the step"
+        way_mattered,
+        "a budget where the way room is made changes the step"
     );
 }

@@ -47,8 +47,9 @@ pub enum RecomputeMode {
     /// Drop every victim that has a recipe whose inputs stay alive, whatever the cost (as DTR
     /// does); the others are moved. Under `cost_aware`, on a busy link, the victims are chosen
     /// by the cheaper way back, a rebuild for those it may drop (see [`ranks_by_rebuild`]).
-    /// How room is made early for the step's peak ([`EarlyRoom`]) each plan's dry run chooses,
-    /// as `both`'s does (see [`candidates`]), unless the config sets it.
+    /// Where room for rebuilds is made ahead ([`RebuildRoom`]) and how room is made early for
+    /// the step's peak ([`EarlyRoom`]) each plan's dry run chooses, as `both`'s does (see
+    /// [`candidates`]), unless the config sets them.
     Recompute,
     /// Each plan's steps run the way a dry run of the recorded step predicts fastest (see
     /// [`fastest_behaviour`]): as `swap`, as `recompute`, or weighing each victim, whichever
@@ -747,20 +748,26 @@ pub const KEEP_STATE_MARGIN: f64 = 0.01;
 /// The behaviours a plan's dry run chooses among under `mode`, in the order a tie goes, given
 /// what the config sets (see [`Behaviour::allowed_by`]). `both` chooses among all of
 /// [`BEHAVIOURS`] it allows. `recompute` keeps its rule (every victim it may drop is dropped,
-/// room for rebuilds made and the state moved or kept as the config says, by default by the
-/// settle and moved) and chooses only how room is made early for the peak, a share at a time
-/// first (its rule before it chose), then at once, then not. `swap` chooses nothing: it makes
-/// room early as the config says, by default a share at a time.
+/// and the state moved or kept as the config says, by default moved) and chooses how it
+/// schedules that: where room for rebuilds is made ahead (by the settle, also beside
+/// prefetches, or also in the prefetch walk) and how room is made early for the peak (a share
+/// at a time, at once, or not), each as the config leaves it free; its rule before it chose
+/// first (by the settle, a share at a time), so that a tie keeps it. `swap` chooses nothing:
+/// it makes room early as the config says, by default a share at a time.
 ///
-/// Why `recompute` chooses that much: how room is made early is a matter of scheduling, not of
-/// which victims are dropped, and no one way is fastest on every step (`h200-pcie5`,
+/// Why `recompute` chooses that much: where and when room is made is a matter of scheduling,
+/// not of which victims are dropped, and no one way is fastest on every step (`h200-pcie5`,
 /// cost_aware, window 512, overhead at 50 / 33 / 25% of the peak; `docs/planner.md`):
 ///
-/// | early room | GPT b8 | ResNet-50 b16 |
+/// | early room (room for rebuilds by the settle) | GPT b8 | ResNet-50 b16 |
 /// | --- | --- | --- |
 /// | off | +55.9 / +80.2 / +96.4% | +17.1 / +52.8 / +69.6% |
 /// | at once | +26.5 / +60.1 / +84.9% | +10.3 / +56.9 / +78.7% |
 /// | a share at a time | +31.0 / +63.2 / +90.5% | +2.3 / +41.1 / +60.7% |
+///
+/// and, each with the early room chosen, the batch-2 GPT at 50% of its peak is +75.8% with
+/// room for rebuilds made by the settle and +68.6% with room also made beside prefetches,
+/// ResNet-50 at batch 16 and 25% +60.7% and +57.0% (in the prefetch walk).
 pub fn candidates(
     mode: RecomputeMode,
     room: Option<RebuildRoom>,
@@ -774,17 +781,24 @@ pub fn candidates(
             .filter(|behaviour| behaviour.allowed_by(room, keep_state, early))
             .collect(),
         RecomputeMode::Recompute => {
-            let rule = Behaviour {
-                keeps_state: keep_state.unwrap_or(false),
-                ..Behaviour::new(
-                    RecomputeMode::Recompute,
-                    room.unwrap_or(RebuildRoom::AtSettle),
-                )
-            };
-            [EarlyRoom::Paced, EarlyRoom::AtOnce, EarlyRoom::Off]
+            let rooms = [
+                RebuildRoom::AtSettle,
+                RebuildRoom::BesidePrefetches,
+                RebuildRoom::InPrefetchWalk,
+            ];
+            let ways = [EarlyRoom::Paced, EarlyRoom::AtOnce, EarlyRoom::Off];
+            rooms
                 .into_iter()
-                .filter(|way| early.is_none_or(|early| early == *way))
-                .map(|way| rule.with_early_room(way))
+                .filter(|r| room.is_none_or(|room| room == *r))
+                .flat_map(|r| {
+                    let rule = Behaviour {
+                        keeps_state: keep_state.unwrap_or(false),
+                        ..Behaviour::new(RecomputeMode::Recompute, r)
+                    };
+                    ways.into_iter()
+                        .filter(|way| early.is_none_or(|early| early == *way))
+                        .map(move |way| rule.with_early_room(way))
+                })
                 .collect()
         }
         RecomputeMode::Swap => Vec::new(),
@@ -1179,9 +1193,9 @@ mod tests {
     }
 
     #[test]
-    fn recompute_chooses_only_how_room_is_made_early_and_swap_nothing() {
+    fn recompute_chooses_where_and_when_room_is_made_and_swap_nothing() {
         use EarlyRoom::{AtOnce, Off, Paced};
-        use RebuildRoom::{AtSettle, InPrefetchWalk};
+        use RebuildRoom::{AtSettle, BesidePrefetches, InPrefetchWalk};
         for early in [Off, AtOnce, Paced] {
             assert_eq!(early.to_string().parse::<EarlyRoom>().unwrap(), early);
             let behaviour = Behaviour::new(RecomputeMode::Both, AtSettle).with_early_room(early);
@@ -1203,10 +1217,24 @@ mod tests {
             BEHAVIOURS
         );
         let rule = Behaviour::new(RecomputeMode::Recompute, AtSettle);
+        let chosen_among = candidates(RecomputeMode::Recompute, None, None, None);
+        assert_eq!(chosen_among.len(), 9, "{chosen_among:?}");
         assert_eq!(
-            candidates(RecomputeMode::Recompute, None, None, None),
+            chosen_among[..3],
             [rule.pacing_early(), rule.evicting_early(), rule],
             "the rule before the choice first, so that a tie keeps it"
+        );
+        for room in [AtSettle, BesidePrefetches, InPrefetchWalk] {
+            for early in [Off, AtOnce, Paced] {
+                let way = Behaviour::new(RecomputeMode::Recompute, room).with_early_room(early);
+                assert!(chosen_among.contains(&way), "{way}");
+            }
+        }
+        assert!(
+            chosen_among
+                .iter()
+                .all(|b| b.victims == RecomputeMode::Recompute && !b.keeps_state),
+            "recompute drops every victim it may and moves the state unless told: {chosen_among:?}"
         );
         let configured = candidates(
             RecomputeMode::Recompute,
@@ -1223,6 +1251,14 @@ mod tests {
         );
         assert_eq!(
             candidates(RecomputeMode::Recompute, None, None, Some(Off)),
+            [
+                rule,
+                Behaviour::new(RecomputeMode::Recompute, BesidePrefetches),
+                Behaviour::new(RecomputeMode::Recompute, InPrefetchWalk)
+            ]
+        );
+        assert_eq!(
+            candidates(RecomputeMode::Recompute, Some(AtSettle), None, Some(Off)),
             [rule]
         );
 

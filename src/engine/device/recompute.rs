@@ -147,8 +147,9 @@ impl DeviceEngine {
             .map_or(limits.recompute, |behaviour| behaviour.victims)
     }
 
-    /// Where room for rebuilds is made ahead: under `both`, as the behaviour of the plan in
-    /// force says; otherwise where the config says (by the settle only by default).
+    /// Where room for rebuilds is made ahead: under `both` and `recompute`, as the behaviour
+    /// the plan in force chose (within what the config allows); otherwise, and before a plan
+    /// chose, where the config says (by the settle only by default).
     pub(super) fn rebuild_room(&self, limits: &Limits) -> RebuildRoom {
         let configured = limits.rebuild_room.unwrap_or(RebuildRoom::AtSettle);
         self.chosen_behaviour(limits)
