@@ -8,8 +8,10 @@
 //! cargo run --release --example transformer -- --layers 6 --budget 30% --verify --report out/gpt.json
 //! ```
 //!
-//! The loop marks each step (`SpillBackend::step_begin`/`step_end`) when a plot or a trace is
-//! asked for, which is what a custom loop does in place of the `Learner`'s detected steps.
+//! The loop marks each step (`SpillBackend::step_begin`/`step_end`) when a report, a trace, a
+//! tape or a plan is asked for, or when the run may drop victims (`--recompute recompute` or
+//! `both`: drops happen only inside marked steps), which is what a custom loop does in place of
+//! the `Learner`'s detected steps.
 
 mod common;
 

@@ -6,8 +6,9 @@
 //!    step and its losses and final parameters are the oracle; otherwise a few steps suffice);
 //! 2. a short unlimited run through `SpillBackend`, which only counts bytes, to measure the plain
 //!    peak (`B` cannot report its memory use, and a budget such as `30%` is relative to it);
-//! 3. spilled, under the budget, with step markers for the tape when a plot or trace is wanted
-//!    (or always, where the workload's loop marks its steps itself).
+//! 3. spilled, under the budget, with step markers for the tape when a report, trace, tape or
+//!    plan is wanted or the run may drop victims (`--recompute recompute` or `both`), or always
+//!    where the workload's loop marks its steps itself.
 
 use std::sync::Arc;
 
@@ -162,7 +163,10 @@ impl<W: Workload> BackendTask for Experiment<'_, W> {
         let resident = device.clone();
         let mut spilled_log = StepLog::new("spilled", steps)
             .resident(move || Some(SpillBackend::<B>::stats(&resident).resident.device));
-        if args.wants_tape() && !workload.marks_steps() {
+        // A device drops victims only inside marked steps (the memory rule reads the plan at
+        // the step's position), so a run that may drop marks them as one that wants the tape.
+        let marks = args.wants_tape() || config.get_recompute().may_drop();
+        if marks && !workload.marks_steps() {
             // Marked steps are recorded exactly; without the markers the tape stays off and the
             // spilled step time carries no recording cost.
             spilled_log = spilled_log
