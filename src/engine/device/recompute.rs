@@ -207,6 +207,17 @@ impl DeviceEngine {
     pub(super) fn choose_behaviour(&self, tape: &Arc<StepTape>) {
         let limits = self.limits();
         let Some(budget) = limits.budget else { return };
+        if limits.recompute.may_drop()
+            && !tape.marked
+            && !self.warned_unmarked.swap(true, Ordering::Relaxed)
+        {
+            // Found by the period detector, a step does not keep its position per op, which
+            // the memory rule reads: such steps move their victims, whatever the mode says.
+            tracing::warn!(target: "burn_spill::plan", mode = %limits.recompute,
+                "recompute: the steps are not marked, so no victim is dropped (it is moved \
+                 instead); mark them with step_begin/step_end, the `step` guard or the \
+                 Learner integration (SpillStrategy, with_spill_steps)");
+        }
         let candidates = recompute::candidates(
             limits.recompute,
             limits.rebuild_room,
