@@ -298,54 +298,6 @@ fn transformer_with_both_swap_and_recompute_trains_identically_at_30_percent() {
     );
 }
 
-/// The warnings a run logs, captured on this thread (where the engine plans, at an op).
-#[derive(Clone, Default)]
-struct Captured(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
-
-impl std::io::Write for Captured {
-    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(bytes);
-        Ok(bytes.len())
-    }
-
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-/// Steps no marker bounds (the period detector finds them) drop nothing, since the memory rule
-/// reads the step's position: the run trains identically, moving its victims, and says once
-/// that its steps must be marked for recompute to drop.
-#[test]
-fn unmarked_steps_drop_nothing_and_say_so() {
-    let captured = Captured::default();
-    let writer = captured.clone();
-    let subscriber = tracing_subscriber::fmt()
-        .with_max_level(tracing::Level::WARN)
-        .with_ansi(false)
-        .with_writer(move || writer.clone())
-        .finish();
-    let stats = tracing::subscriber::with_default(subscriber, || {
-        at_30_percent_marked_with(gpt::<Trained>, gpt::<Spilled>, 4, &dropping, false)
-    });
-    report("transformer, unmarked", &stats);
-    let log = String::from_utf8(captured.0.lock().unwrap().clone()).unwrap();
-    assert_eq!(stats.recompute.dropped, 0, "{log}");
-    assert!(
-        stats.recompute.behaviour.is_some(),
-        "a step was found and planned: {stats:?}"
-    );
-    let warnings: Vec<&str> = log
-        .lines()
-        .filter(|line| line.contains("the steps are not marked"))
-        .collect();
-    assert_eq!(warnings.len(), 1, "{log}");
-    assert!(
-        warnings[0].contains("step_begin") && warnings[0].contains("recompute"),
-        "{log}"
-    );
-}
-
 /// The step's state kept on the device (`SpillConfig::keep_state`): moved last, and only to
 /// admit an op. Under swap only it trains identically within the budget; under `both`, set,
 /// the behaviour each plan chooses keeps it.

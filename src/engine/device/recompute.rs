@@ -199,6 +199,31 @@ impl DeviceEngine {
         *lock(&self.rebuild_profile) = profile.map(Arc::new);
     }
 
+    /// Warns once, as a plan is made from `tape` (the step the stream just ran), when the
+    /// device may drop victims but neither that step nor the one running now was marked: found by the period detector, a
+    /// step does not keep its position per op, which the memory rule reads, so such steps move
+    /// their victims whatever the mode says.
+    pub(super) fn warn_if_unmarked(&self, tape: &StepTape) {
+        // A marked step may plan from an unmarked one recorded before the markers began (a
+        // run's first `step_begin`): only a stream that is unmarked now is warned about.
+        if tape.marked
+            || self.in_marked_step.load(Ordering::Relaxed)
+            || self.warned_unmarked.load(Ordering::Relaxed)
+        {
+            return;
+        }
+        let limits = self.limits();
+        if limits.budget.is_some()
+            && limits.recompute.may_drop()
+            && !self.warned_unmarked.swap(true, Ordering::Relaxed)
+        {
+            tracing::warn!(target: "burn_spill::plan", mode = %limits.recompute,
+                "recompute: the steps are not marked, so no victim is dropped (it is moved \
+                 instead); mark them with step_begin/step_end, the `step` guard or the \
+                 Learner integration (SpillStrategy, with_spill_steps)");
+        }
+    }
+
     /// Under `both` and `recompute`, with a budget: chooses the behaviour the steps of the plan
     /// made from `tape` run with, by dry-running `tape` with each the mode may choose
     /// ([`recompute::candidates`]) on the configured profile (or this machine as measured:
@@ -207,17 +232,6 @@ impl DeviceEngine {
     pub(super) fn choose_behaviour(&self, tape: &Arc<StepTape>) {
         let limits = self.limits();
         let Some(budget) = limits.budget else { return };
-        if limits.recompute.may_drop()
-            && !tape.marked
-            && !self.warned_unmarked.swap(true, Ordering::Relaxed)
-        {
-            // Found by the period detector, a step does not keep its position per op, which
-            // the memory rule reads: such steps move their victims, whatever the mode says.
-            tracing::warn!(target: "burn_spill::plan", mode = %limits.recompute,
-                "recompute: the steps are not marked, so no victim is dropped (it is moved \
-                 instead); mark them with step_begin/step_end, the `step` guard or the \
-                 Learner integration (SpillStrategy, with_spill_steps)");
-        }
         let candidates = recompute::candidates(
             limits.recompute,
             limits.rebuild_room,
