@@ -1,7 +1,8 @@
 //! Recompute in steps no marker bounds: the period detector finds them, but a dropped tensor
 //! needs the step's position per op, so such steps move their victims, and the device says so
-//! once. Its own process: the recorder must never have seen a marker (after one, an unmarked
-//! stream is not cut into steps), and the warning is given once per device.
+//! once. Its own process: the recorder must never have seen a marker (run after the marked
+//! tests of `tests/recompute.rs`, this run was not planned within its five steps), and the
+//! warning is given once per device.
 
 #[path = "budgeted/mod.rs"]
 mod budgeted;

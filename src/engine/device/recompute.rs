@@ -200,9 +200,9 @@ impl DeviceEngine {
     }
 
     /// Warns once, as a plan is made from `tape` (the step the stream just ran), when the
-    /// device may drop victims but neither that step nor the one running now was marked: found by the period detector, a
-    /// step does not keep its position per op, which the memory rule reads, so such steps move
-    /// their victims whatever the mode says.
+    /// device may drop victims but neither that step nor the one running now was marked: found
+    /// by the period detector, a step does not keep its position per op, which the memory rule
+    /// reads, so such steps move their victims whatever the mode says.
     pub(super) fn warn_if_unmarked(&self, tape: &StepTape) {
         // A marked step may plan from an unmarked one recorded before the markers began (a
         // run's first `step_begin`): only a stream that is unmarked now is warned about.
