@@ -527,7 +527,7 @@ fn the_examples_recompute_when_asked_and_train_identically() {
         ],
     ]
     .concat();
-    // Run one at a time: both write the same report.
+    // Run one at a time, the report read after the run that writes it.
     let recompute_by_flag = || run("transformer", &flag);
     let unreported = &args[..args.len() - 2];
     assert_eq!(unreported.last(), Some(&"30%"));
