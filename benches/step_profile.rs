@@ -169,6 +169,18 @@ fn run<M: Model<Spilled> + Preset>(
         stats.stall_time.as_secs_f64() * 1e3 / steps as f64,
         stats.engine_time.as_secs_f64() * 1e3 / steps as f64,
     );
+    let recompute = &stats.recompute;
+    if recompute.dropped > 0 {
+        println!(
+            "dropped {} ({} B), rebuilt {} ({} B, {} chained); per step: rebuilds {:.3} ms",
+            recompute.dropped,
+            recompute.dropped_bytes,
+            recompute.rebuilt,
+            recompute.rebuilt_bytes,
+            recompute.chained_rebuilds,
+            recompute.rebuild_time.as_secs_f64() * 1e3 / steps as f64,
+        );
+    }
     let rate = |m: &burn_spill::MoveStats| m.bytes as f64 / m.time.as_secs_f64().max(1e-12) / 1e9;
     println!(
         "moves: {} to the host at {:.2} GB/s, {} back at {:.2} GB/s (as the engine measures them)",

@@ -1558,9 +1558,9 @@ impl<'a> Sim<'a> {
         }
         let committed = self.device - self.leaving;
         // Set off above the target, an eviction goes on to the next ops' room with tensors
-        // used after them, as the engine's does (when it moves its victims).
-        let ahead = (committed > target && !self.settings.recompute.may_drop())
-            .then(|| decide::settle_ahead(budget, self.plan, now, settle_ops));
+        // used after them, as the engine's does.
+        let ahead =
+            (committed > target).then(|| decide::settle_ahead(budget, self.plan, now, settle_ops));
         // Room for the step's coming peak while nothing is leaving, as the engine's settle
         // point sets it when no eviction job is queued.
         let early = if self.settings.evicts_early && self.queues.to_host <= self.clock {
@@ -1869,8 +1869,7 @@ mod tests {
 
     /// An eviction that the settle target sets off goes on to the room the next ops need,
     /// taking only tensors used after them: the engine's `settle_ahead`, one pass for several
-    /// ops' growth. A device that drops its victims makes only the next op's room, as the
-    /// engine's does.
+    /// ops' growth, on a device that drops its victims too, as the engine's does.
     #[test]
     fn an_eviction_goes_on_for_the_next_ops_with_tensors_used_after_them() {
         const KIB: u64 = 1024;
@@ -1936,16 +1935,13 @@ mod tests {
                 .iter()
                 .filter(|id| !matches!(sim.place.get(id), Some(Place::Device)))
                 .count();
-            if recompute == RecomputeMode::Swap {
-                assert_eq!(
-                    gone, 5,
-                    "the tensors read last all go, where the target alone asked for one: {:?}",
-                    sim.place
-                );
-                assert_eq!(sim.device - sim.leaving, KIB);
-            } else {
-                assert_eq!(gone, 1, "dropping: the target's one only: {:?}", sim.place);
-            }
+            assert_eq!(
+                gone, 5,
+                "{recompute}: the tensors read last all go, where the target alone asked for \
+                 one: {:?}",
+                sim.place
+            );
+            assert_eq!(sim.device - sim.leaving, KIB);
         }
     }
 

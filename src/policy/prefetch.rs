@@ -315,9 +315,11 @@ pub const SETTLE_AHEAD_OPS: u32 = 8;
 /// the next ops' room lets them run without one. Only tensors used after those ops go, so
 /// nothing they read moves early: what leaves is what Belady's MIN would evict for them.
 ///
-/// Only a device that moves its victims (swap only) goes on: one that drops them would drop
-/// more, and each rebuild later holds its recipe's inputs beside its op's own bytes (the CNN at
-/// 30% with recompute on then ran an op that was over the budget by itself 32 B further over).
+/// A device that drops its victims goes on too. It once did not (the CNN at 30% with
+/// recompute on then ran an op that was over the budget by itself 32 B further over; it runs
+/// no further over now), and without it nearly every op of a step that grows set off a pass of
+/// its own: the tiny Transformer at 30% ran 42 passes a step under `recompute` against swap's
+/// 15, now 14 (`docs/overhead.md`).
 pub fn settle_ahead(budget: u64, plan: &UsePlan, now: u32, transfer_ops: u32) -> (u64, u32) {
     let lookahead = 1 + transfer_ops + SETTLE_AHEAD_OPS;
     (
