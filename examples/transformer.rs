@@ -10,8 +10,8 @@
 //!
 //! The loop marks each step (`SpillBackend::step_begin`/`step_end`) when a report, a trace, a
 //! tape or a plan is asked for, or when the run may drop victims (`--recompute recompute` or
-//! `both`: drops happen only inside marked steps), which is what a custom loop does in place of
-//! the `Learner`'s detected steps.
+//! `both`: marked steps drop from the first plan on, unmarked ones once the tape has found
+//! their period), which is what a custom loop does in place of the `Learner`'s detected steps.
 
 mod common;
 

@@ -497,8 +497,8 @@ fn bad_values_name_the_flag_and_the_accepted_values() {
 /// `--recompute` reaches the spilled run (by flag, or by `BURN_SPILL_RECOMPUTE` in its place):
 /// it drops and rebuilds tensors, trains bit for bit as plain, and its plan chooses a behaviour
 /// of the mode asked for, which the report and the table show. The run by variable asks for no
-/// report (nothing else that marks the steps): it marks them all the same, since a device drops
-/// only inside marked steps.
+/// report (nothing else that marks the steps): it marks them all the same, since the example
+/// leaves the tape off in unmarked runs, and without a tape nothing is dropped.
 #[test]
 fn the_examples_recompute_when_asked_and_train_identically() {
     let dir = tempfile::tempdir().unwrap();

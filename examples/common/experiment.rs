@@ -163,8 +163,9 @@ impl<W: Workload> BackendTask for Experiment<'_, W> {
         let resident = device.clone();
         let mut spilled_log = StepLog::new("spilled", steps)
             .resident(move || Some(SpillBackend::<B>::stats(&resident).resident.device));
-        // A device drops victims only inside marked steps (the memory rule reads the plan at
-        // the step's position), so a run that may drop marks them as one that wants the tape.
+        // A run that may drop marks its steps as one that wants the tape: the memory rule reads
+        // the plan at the step's position, which marked steps give from the first plan on
+        // (unmarked, the tape, which this loop leaves off, would first have to find the period).
         let marks = args.wants_tape() || config.get_recompute().may_drop();
         if marks && !workload.marks_steps() {
             // Marked steps are recorded exactly; without the markers the tape stays off and the

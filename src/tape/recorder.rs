@@ -563,6 +563,9 @@ pub struct Recorder {
     /// Where a counted unmarked stream is cut into steps: its period in ops (0 when steps are
     /// marked or ops are not counted), as of the last op or boundary.
     counted_period: AtomicU64,
+    /// The period in ops an unmarked stream is cut into steps at, once confirmed (0: none, or
+    /// steps are marked), as of the last op or boundary (see [`Recorder::found_period`]).
+    found_period: AtomicU64,
     /// Counted ops of an unmarked stream since one was checked (see [`CHECK_ONE_IN`]); only
     /// the stepping thread reads and writes it.
     counted_since_check: AtomicU32,
@@ -613,6 +616,7 @@ impl Default for Recorder {
             signatures_only: AtomicBool::new(false),
             may_count_ops: AtomicBool::new(false),
             counted_period: AtomicU64::new(0),
+            found_period: AtomicU64::new(0),
             counted_since_check: AtomicU32::new(0),
             main_thread: AtomicU64::new(0),
         }
@@ -650,6 +654,11 @@ impl Recorder {
             .store(state.may_count_ops(), Ordering::Relaxed);
         self.counted_period
             .store(state.counted_period(), Ordering::Relaxed);
+        let found = match state.auto_period {
+            Some(period) if !state.markers_used => period as u64,
+            _ => 0,
+        };
+        self.found_period.store(found, Ordering::Relaxed);
         self.main_thread
             .store(state.main_thread.unwrap_or(0), Ordering::Relaxed);
         let ops = (state.signatures.len() as u64).min((1 << POSITION_BITS) - 1);
@@ -669,6 +678,16 @@ impl Recorder {
             packed >> POSITION_BITS,
             (packed & ((1 << POSITION_BITS) - 1)) as u32,
         )
+    }
+
+    /// The period, in ops, at which steps no marker bounds are cut once the detector confirmed
+    /// it: the position then counts the ops of such a step as a marked step's, from its first
+    /// op. `None` before, and once a marker was seen (markers bound the steps from then on).
+    pub fn found_period(&self) -> Option<u64> {
+        match self.found_period.load(Ordering::Relaxed) {
+            0 => None,
+            period => Some(period),
+        }
     }
 
     /// How many steps were recorded in full so far, and how many divergences were seen: when
@@ -1485,6 +1504,7 @@ mod auto_step_tests {
             "float_neg",
         ];
         let t0 = Instant::now();
+        assert_eq!(rec.found_period(), None, "nothing found yet");
         // Warm-up ops that never repeat, then the 5-op step, 12 times.
         for w in 0..3usize {
             let warm = [w + 10];
@@ -1520,6 +1540,14 @@ mod auto_step_tests {
         all.sort_unstable();
         assert_eq!(seen, all, "one whole period, in some rotation");
         assert_eq!(counters.divergences, 0);
+        // What the device reads to drop victims in such steps, as in marked ones.
+        assert_eq!(rec.found_period(), Some(5));
+        rec.boundary(true);
+        assert_eq!(
+            rec.found_period(),
+            None,
+            "a marker bounds the steps from now on"
+        );
     }
 
     /// Records one op of an unmarked stream: `name`, with one output of shape `[width]`.

@@ -80,12 +80,24 @@ pub fn at_30_percent_marked_with(
     shape: &dyn Fn(SpillConfig) -> SpillConfig,
     marked: bool,
 ) -> SpillStats {
+    at_30_percent_for_steps(plain, spilled, batch, 5, shape, marked)
+}
+
+/// [`at_30_percent_marked_with`], each run `steps` steps long.
+pub fn at_30_percent_for_steps(
+    plain: Trainer,
+    spilled: Trainer,
+    batch: usize,
+    steps: usize,
+    shape: &dyn Fn(SpillConfig) -> SpillConfig,
+    marked: bool,
+) -> SpillStats {
     let _device = ExclusiveDevice::take();
     let device = Default::default();
-    let reference = plain(&device, 5, batch, &mut |_| {});
+    let reference = plain(&device, steps, batch, &mut |_| {});
 
     SpillBackend::<Flex>::configure(&device, SpillConfig::default()).unwrap();
-    let unlimited = spilled(&device, 5, batch, &mut |_| {});
+    let unlimited = spilled(&device, steps, batch, &mut |_| {});
     assert_identical(&reference, &unlimited);
     let plain_peak = SpillBackend::<Flex>::stats(&device).peak.device;
     let budget = plain_peak * 3 / 10;
@@ -97,7 +109,7 @@ pub fn at_30_percent_marked_with(
     if marked {
         SpillBackend::<Flex>::step_begin(&device);
     }
-    let run = spilled(&device, 5, batch, &mut |step| {
+    let run = spilled(&device, steps, batch, &mut |step| {
         if marked {
             SpillBackend::<Flex>::step_end(&device);
             SpillBackend::<Flex>::step_begin(&device);

@@ -143,9 +143,6 @@ pub struct DeviceEngine {
     recorder: Recorder,
     /// Whether the current step was opened by `step_begin` and not yet closed.
     in_marked_step: AtomicBool,
-    /// Whether the device warned that a plan was made, under a mode that drops, from steps no
-    /// marker bounded (such steps drop nothing; said once).
-    warned_unmarked: AtomicBool,
     /// The use plan learned from the last recorded step, with the generation it was put in
     /// force under.
     plan: PlanCell,

@@ -199,31 +199,6 @@ impl DeviceEngine {
         *lock(&self.rebuild_profile) = profile.map(Arc::new);
     }
 
-    /// Warns once, as a plan is made from `tape` (the step the stream just ran), when the
-    /// device may drop victims but neither that step nor the one running now was marked: found
-    /// by the period detector, a step does not keep its position per op, which the memory rule
-    /// reads, so such steps move their victims whatever the mode says.
-    pub(super) fn warn_if_unmarked(&self, tape: &StepTape) {
-        // A marked step may plan from an unmarked one recorded before the markers began (a
-        // run's first `step_begin`): only a stream that is unmarked now is warned about.
-        if tape.marked
-            || self.in_marked_step.load(Ordering::Relaxed)
-            || self.warned_unmarked.load(Ordering::Relaxed)
-        {
-            return;
-        }
-        let limits = self.limits();
-        if limits.budget.is_some()
-            && limits.recompute.may_drop()
-            && !self.warned_unmarked.swap(true, Ordering::Relaxed)
-        {
-            tracing::warn!(target: "burn_spill::plan", mode = %limits.recompute,
-                "recompute: the steps are not marked, so no victim is dropped (it is moved \
-                 instead); mark them with step_begin/step_end, the `step` guard or the \
-                 Learner integration (SpillStrategy, with_spill_steps)");
-        }
-    }
-
     /// Under `both` and `recompute`, with a budget: chooses the behaviour the steps of the plan
     /// made from `tape` run with, by dry-running `tape` with each the mode may choose
     /// ([`recompute::candidates`]) on the configured profile (or this machine as measured:
@@ -303,14 +278,19 @@ impl DeviceEngine {
     /// The context for dropping victims in an eviction pass of the device tier, or `None` when
     /// nothing may be dropped (swap only, or no plan yet to tell that the inputs stay alive).
     pub(super) fn drop_context(&self, limits: &Limits) -> Option<DropContext> {
-        // The memory rule reads the plan at the step's position, which a marked step counts
-        // (outside one, found by the period detector, the position is not kept per op).
-        let marked = self.in_marked_step.load(Ordering::Relaxed);
+        // The memory rule reads the plan at the step's position: that of a marked step, or of
+        // a step the period detector cut at the period the plan's own step has (a plan from a
+        // step of another period, shorter repetitions found first, would be read out of place).
         let mode = self.recompute_behaviour(limits);
-        if !mode.may_drop() || !limits.planning() || !marked {
+        if !mode.may_drop() || !limits.planning() {
             return None;
         }
         let plan = self.plan()?;
+        let positions_kept = self.in_marked_step.load(Ordering::Relaxed)
+            || self.recorder.found_period() == Some(u64::from(plan.len()));
+        if !positions_kept {
+            return None;
+        }
         let (step, now) = self.recorder.position();
         let moves = self.ledger.moves(Direction::DeviceToHost);
         Some(DropContext {

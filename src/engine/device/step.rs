@@ -174,7 +174,6 @@ impl DeviceEngine {
             Some(_) if diverged => None,
             Some(tape) => {
                 self.check_windows(&tape);
-                self.warn_if_unmarked(&tape);
                 self.choose_behaviour(&tape);
                 let mut plan = UsePlan::from_tape(&tape, previous.as_deref());
                 if let Some(old) = self.plan() {
