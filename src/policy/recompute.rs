@@ -9,10 +9,10 @@
 //! rebuild recomputes it and lets it go); and only when the op at that use, with those inputs
 //! and the ghosts beside it, fits the budget (the rebuild needs them on the device there).
 //! Without a plan, or outside a step whose positions the plan is read at (a marked step, or one
-//! the period detector cut at the period of the plan's own step), nothing is dropped. A dropped tensor holds the inputs it relies on until it is rebuilt or dropped
-//! itself (so a plan that was wrong costs memory, never data), chains of dropped tensors are at
-//! most [`MAX_REBUILD_DEPTH`] deep when each is dropped, and ghosts at most
-//! [`MAX_GHOST_CHAIN`].
+//! the period detector cut at the period of the plan's own step), nothing is dropped. A dropped
+//! tensor holds the inputs it relies on until it is rebuilt or dropped itself (so a plan that was
+//! wrong costs memory, never data), chains of dropped tensors are at most [`MAX_REBUILD_DEPTH`]
+//! deep when each is dropped, and ghosts at most [`MAX_GHOST_CHAIN`].
 //!
 //! The rule for time ([`RecomputeMode::Both`]): what either choice costs the ops, not the
 //! device. A rebuild runs on their stream; a move runs on the link, and costs them only the
