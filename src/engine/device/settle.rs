@@ -733,6 +733,55 @@ mod tests {
         });
     }
 
+    /// Feeds the engine's recorder `rounds` repetitions of an unmarked step of `ops` ops (each
+    /// op told apart by its output's width), as a loop without markers runs them.
+    fn run_unmarked(engine: &DeviceEngine, ops: usize, rounds: usize) {
+        engine.recorder.set_enabled(true);
+        for _ in 0..rounds {
+            for i in 0..ops {
+                let shape = [i + 1];
+                let view = crate::tape::TensorView {
+                    id: 1,
+                    bytes: 4,
+                    dtype: "F32",
+                    shape: &shape,
+                    role: TensorRole::Other,
+                };
+                engine.recorder.record_op(
+                    "float_exp",
+                    [view].into_iter(),
+                    [view].into_iter(),
+                    std::time::Instant::now(),
+                    1,
+                    [0; 3],
+                );
+            }
+        }
+    }
+
+    /// Steps the period detector cut are dropped in (the position counts their ops as a marked
+    /// step's) only under a plan made from a step of their period: a plan from another one, as
+    /// shorter repetitions inside the step are confirmed first, would be read out of place.
+    #[test]
+    fn a_step_the_period_detector_cut_drops_only_under_a_plan_of_its_length() {
+        let plan_len = plan().len() as usize;
+        for (period, drops) in [(plan_len, true), (plan_len - 1, false)] {
+            let engine = engine_with(limits(6 * KIB, 0, false), plan());
+            dropping(&engine);
+            assert!(
+                engine.drop_context(&engine.limits()).is_none(),
+                "no step known yet"
+            );
+            run_unmarked(&engine, period, 12);
+            assert_eq!(engine.recorder.found_period(), Some(period as u64));
+            assert_eq!(
+                engine.drop_context(&engine.limits()).is_some(),
+                drops,
+                "a period of {period} ops under a plan of {plan_len}"
+            );
+        }
+    }
+
     /// An engine at the start of [`plan`]'s step under `both` with a 6 KiB budget, which has
     /// chosen `behaviour` for the plan.
     fn engine_under(
