@@ -3,7 +3,8 @@
 #  1. exactness: tests/cubecl.rs on `SpillBackend<Cuda>`, unfused and fused (random op
 #     programs under budgets; a CNN and a Transformer trained at 30% under every policy,
 #     asynchronous and synchronous; strided views; the allocator's figures), bit for bit
-#     against plain burn-cuda;
+#     against plain burn-cuda; and tests/cubecl_unmarked.rs (victims dropped and rebuilt in
+#     steps without markers);
 #  2. the examples with --verify on CUDA at their default sizes, whose table shows the
 #     allocator's peak reserved bytes for plain and spilled.
 #
@@ -48,19 +49,21 @@ done
 
 features=(--no-default-features --features flex,cuda,fusion)
 echo "== building with ${features[*]} (release)"
-cargo test --release "${features[@]}" --test cubecl --no-run
+cargo test --release "${features[@]}" --test cubecl --test cubecl_unmarked --no-run
 cargo build --release "${features[@]}" --example resnet --example transformer
 
 if [[ -n "$bundle" ]]; then
     mkdir -p "$bundle"
-    test_binary=$(cargo test --release "${features[@]}" --test cubecl --no-run --message-format json 2>/dev/null |
-        sed -n 's/.*"executable":"\([^"]*\)".*/\1/p' | tail -1)
-    if [[ -z "$test_binary" || ! -x "$test_binary" ]]; then
-        echo "error: --bundle: cargo named no test binary for tests/cubecl.rs; run" \
-            "cargo test --release ${features[*]} --test cubecl --no-run to see why" >&2
-        exit 1
-    fi
-    strip -o "$bundle/cubecl" "$test_binary"
+    for test in cubecl cubecl_unmarked; do
+        test_binary=$(cargo test --release "${features[@]}" --test "$test" --no-run --message-format json 2>/dev/null |
+            sed -n 's/.*"executable":"\([^"]*\)".*/\1/p' | tail -1)
+        if [[ -z "$test_binary" || ! -x "$test_binary" ]]; then
+            echo "error: --bundle: cargo named no test binary for tests/$test.rs; run" \
+                "cargo test --release ${features[*]} --test $test --no-run to see why" >&2
+            exit 1
+        fi
+        strip -o "$bundle/$test" "$test_binary"
+    done
     strip -o "$bundle/resnet" target/release/examples/resnet
     strip -o "$bundle/transformer" target/release/examples/transformer
     # The same checks as below, from the bundle (run from the repository's root).
@@ -75,6 +78,7 @@ for lib in $(find /usr/local/cuda*/ -name 'libnvrtc.so*' 2>/dev/null | grep -v -
 done
 status=0
 "$here/cubecl" cuda_ --test-threads 1 2>&1 | tee "$here/cubecl.log" || status=1
+"$here/cubecl_unmarked" cuda_ --test-threads 1 2>&1 | tee -a "$here/cubecl.log" || status=1
 if grep -q SKIPPED "$here/cubecl.log"; then
     echo "error: the CUDA tests skipped: no CUDA device opened" >&2
     status=1
@@ -107,6 +111,7 @@ run() {
     fi
 }
 run cargo test --release "${features[@]}" --test cubecl cuda_ -- --test-threads 1
+run cargo test --release "${features[@]}" --test cubecl_unmarked cuda_ -- --test-threads 1
 if grep -q SKIPPED "$log"; then
     echo "error: the CUDA tests skipped: no CUDA device opened" | tee -a "$log" >&2
     status=1
