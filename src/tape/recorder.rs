@@ -10,7 +10,7 @@ use std::hash::BuildHasherDefault;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 
 use crate::fast_hash::{FastHasher, mix};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::Instant;
 
 use super::model::{
@@ -214,6 +214,12 @@ struct State {
     /// that recorded. Ops of other threads (metric or data-loading workers) are recorded but
     /// their nondeterministic interleaving must not break verification or period detection.
     main_thread: Option<u64>,
+    /// The stepping thread's liveness token (see [`thread_alive`]), so that ops of another
+    /// thread can tell when it has exited: a loop that ended with its thread can no longer
+    /// step, and the next thread to run an op takes its place (a new training run on a new
+    /// thread would otherwise never have its steps found). `None` when the stepping thread was
+    /// set while tearing down.
+    main_alive: Option<Weak<()>>,
     /// Whether the stepping thread has run an op since it became the stepping thread.
     stepping_thread_ran_ops: bool,
     /// Ops of the stepping thread that matched the recorded step since the last divergence
@@ -299,6 +305,22 @@ impl OpSignature {
 }
 
 impl State {
+    /// Makes `thread` (the calling thread) the one whose ops define the steps.
+    fn set_stepping_thread(&mut self, thread: u64) {
+        if self.main_thread != Some(thread) {
+            self.stepping_thread_ran_ops = false;
+        }
+        self.main_thread = Some(thread);
+        self.main_alive = thread_alive();
+    }
+
+    /// Whether the stepping thread is still running.
+    fn stepping_thread_alive(&self) -> bool {
+        self.main_alive
+            .as_ref()
+            .is_some_and(|alive| alive.strong_count() > 0)
+    }
+
     /// Starts the step's clock.
     fn start_clock(&mut self) {
         self.step_start = Instant::now();
@@ -604,6 +626,7 @@ impl Default for Recorder {
                 candidate: None,
                 auto_period: None,
                 main_thread: None,
+                main_alive: None,
                 stepping_thread_ran_ops: false,
                 verified_ops: 0,
                 counted_ops: 0,
@@ -627,6 +650,18 @@ thread_local! {
     /// The calling thread's number (0 until it first asks). A constant initialiser: the check
     /// is the caller's own, not a lazily initialised thread-local's (an op asks once or twice).
     static THREAD: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
+thread_local! {
+    /// Lives as long as the calling thread: a recorder holds a weak reference to its stepping
+    /// thread's.
+    static ALIVE: Arc<()> = Arc::new(());
+}
+
+/// A weak reference to the calling thread's liveness token: it can no longer be upgraded once
+/// the thread has exited. `None` while the thread's locals are torn down.
+fn thread_alive() -> Option<Weak<()>> {
+    ALIVE.try_with(Arc::downgrade).ok()
 }
 
 /// A small, stable number for the calling thread (never 0).
@@ -718,8 +753,8 @@ impl Recorder {
 
     /// Starts or stops recording. Starting opens a fresh (unmarked) step, and forgets whether
     /// steps were marked before and by which thread: until a marker comes, steps are found in
-    /// the op stream of the first thread to run an op (a marked loop's next `step_begin` marks
-    /// again at once).
+    /// the op stream of the first thread to run an op, or once that thread has exited of the
+    /// next one (a marked loop's next `step_begin` marks again at once).
     pub fn set_enabled(&self, enabled: bool) {
         if enabled && !self.is_enabled() {
             let mut state = self.lock();
@@ -733,6 +768,7 @@ impl Recorder {
             state.markers_used = false;
             state.long_search = false;
             state.main_thread = None;
+            state.main_alive = None;
             state.stepping_thread_ran_ops = false;
             state.verified_ops = 0;
             self.publish(&state);
@@ -888,11 +924,21 @@ impl Recorder {
     }
 
     /// The state, the calling thread's number and whether it is the stepping thread (the
-    /// first to record one, unless a marker named another).
+    /// first to record one, unless a marker named another; the calling thread takes the place
+    /// of one that has exited).
     fn lock_for_op(&self) -> (MutexGuard<'_, State>, u64, bool) {
         let thread = thread_number();
         let mut state = self.lock();
-        let main = *state.main_thread.get_or_insert(thread) == thread;
+        let main = match state.main_thread {
+            Some(main) if main == thread => true,
+            // Read only by other threads' ops: one load.
+            Some(_) if state.stepping_thread_alive() => false,
+            _ => {
+                state.set_stepping_thread(thread);
+                self.publish(&state);
+                true
+            }
+        };
         (state, thread, main)
     }
 
@@ -1004,11 +1050,7 @@ impl Recorder {
         let mut state = self.lock();
         self.absorb_counted(&mut state);
         if next_marked {
-            let thread = thread_number();
-            if state.main_thread != Some(thread) {
-                state.stepping_thread_ran_ops = false;
-            }
-            state.main_thread = Some(thread);
+            state.set_stepping_thread(thread_number());
             state.markers_used = true;
             state.long_search = false;
             state.detector = None;
@@ -1412,6 +1454,62 @@ mod tests {
             });
         });
         assert_eq!(rec.counters().auto_period, Some(5), "{:?}", rec.counters());
+    }
+
+    /// Runs `names` as one unmarked step, `steps` times over, on a thread that has exited when
+    /// this returns (joined: a scope alone may return before the thread's locals are gone).
+    fn unmarked_steps_on_a_thread_that_exits(rec: &Recorder, names: &[&'static str], steps: usize) {
+        std::thread::scope(|s| {
+            let thread = s.spawn(|| {
+                let t0 = Instant::now();
+                for _ in 0..steps {
+                    for &name in names {
+                        let v = view(1, &[3]);
+                        rec.record_op(name, [v].into_iter(), [v].into_iter(), t0, 1, [0; 3]);
+                    }
+                }
+            });
+            thread.join().expect("the thread ran its steps");
+        });
+    }
+
+    #[test]
+    fn the_next_thread_steps_once_the_stepping_thread_has_exited() {
+        let rec = recording(1);
+        let first = [
+            "float_exp",
+            "float_log",
+            "float_mul",
+            "float_sum",
+            "float_neg",
+        ];
+        unmarked_steps_on_a_thread_that_exits(&rec, &first, 12);
+        assert_eq!(rec.counters().auto_period, Some(5), "{:?}", rec.counters());
+        // Another training run on another thread, the recorder left on: its steps are found,
+        // where before the exited thread stayed the stepping one and no later op counted.
+        let second = [
+            "float_exp",
+            "float_tanh",
+            "float_add",
+            "float_mul",
+            "float_sum",
+            "float_neg",
+            "float_abs",
+        ];
+        unmarked_steps_on_a_thread_that_exits(&rec, &second, 12);
+        assert_eq!(rec.counters().auto_period, Some(7), "{:?}", rec.counters());
+        // While a stepping thread runs, another thread's ops still step nothing.
+        let steps = rec.counters().steps;
+        exp_op(&rec);
+        exp_op_elsewhere(&rec);
+        for _ in 0..20 {
+            exp_op_elsewhere(&rec);
+        }
+        let counters = rec.counters();
+        assert!(
+            counters.auto_period != Some(1) && counters.steps <= steps + 1,
+            "a live stepping thread kept its place: {counters:?}"
+        );
     }
 }
 
