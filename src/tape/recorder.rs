@@ -1436,23 +1436,14 @@ mod tests {
         rec.set_enabled(false);
         rec.set_enabled(true);
         // Another program, unmarked, on another thread: a 5-op step, repeated.
-        std::thread::scope(|s| {
-            s.spawn(|| {
-                let t0 = Instant::now();
-                for _ in 0..12 {
-                    for name in [
-                        "float_exp",
-                        "float_log",
-                        "float_mul",
-                        "float_sum",
-                        "float_neg",
-                    ] {
-                        let v = view(1, &[3]);
-                        rec.record_op(name, [v].into_iter(), [v].into_iter(), t0, 1, [0; 3]);
-                    }
-                }
-            });
-        });
+        let names = [
+            "float_exp",
+            "float_log",
+            "float_mul",
+            "float_sum",
+            "float_neg",
+        ];
+        unmarked_steps_on_a_thread_that_exits(&rec, &names, 12);
         assert_eq!(rec.counters().auto_period, Some(5), "{:?}", rec.counters());
     }
 
