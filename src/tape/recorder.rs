@@ -1436,16 +1436,18 @@ mod tests {
         rec.set_enabled(false);
         rec.set_enabled(true);
         // Another program, unmarked, on another thread: a 5-op step, repeated.
-        let names = [
-            "float_exp",
-            "float_log",
-            "float_mul",
-            "float_sum",
-            "float_neg",
-        ];
-        unmarked_steps_on_a_thread_that_exits(&rec, &names, 12);
+        unmarked_steps_on_a_thread_that_exits(&rec, &FIVE_OP_STEP, 12);
         assert_eq!(rec.counters().auto_period, Some(5), "{:?}", rec.counters());
     }
+
+    /// An unmarked program's step of five distinct ops (its period is 5).
+    const FIVE_OP_STEP: [&str; 5] = [
+        "float_exp",
+        "float_log",
+        "float_mul",
+        "float_sum",
+        "float_neg",
+    ];
 
     /// Runs `names` as one unmarked step, `steps` times over, on a thread that has exited when
     /// this returns (joined: a scope alone may return before the thread's locals are gone).
@@ -1467,14 +1469,7 @@ mod tests {
     #[test]
     fn the_next_thread_steps_once_the_stepping_thread_has_exited() {
         let rec = recording(1);
-        let first = [
-            "float_exp",
-            "float_log",
-            "float_mul",
-            "float_sum",
-            "float_neg",
-        ];
-        unmarked_steps_on_a_thread_that_exits(&rec, &first, 12);
+        unmarked_steps_on_a_thread_that_exits(&rec, &FIVE_OP_STEP, 12);
         assert_eq!(rec.counters().auto_period, Some(5), "{:?}", rec.counters());
         // Another training run on another thread, the recorder left on: its steps are found,
         // where before the exited thread stayed the stepping one and no later op counted.
