@@ -57,6 +57,64 @@ fn unmarked_steps_drop_once_their_period_is_found_and_train_identically() {
     );
 }
 
+/// The GPT trained on a thread of its own, after the calling thread ran an op, as a program
+/// that sets up on one thread and trains on another does. The calling thread lives on, and
+/// runs `after` between steps (the harness's warm-up measure) while the trainer waits.
+fn gpt_on_a_trainer_thread(
+    device: &burn::tensor::Device<Flex>,
+    steps: usize,
+    batch: usize,
+    after: &mut dyn FnMut(usize),
+) -> small_models::TrainRun {
+    // The set-up: this thread's op comes first, so that it is the first stepping thread.
+    let setup = burn::tensor::Tensor::<Spilled, 1>::ones([4], device).exp();
+    let (step_done, steps_done) = std::sync::mpsc::channel::<usize>();
+    let (go_on, resume) = std::sync::mpsc::channel::<()>();
+    let run = std::thread::scope(|s| {
+        let trainer = s.spawn(move || {
+            gpt::<Spilled>(device, steps, batch, &mut |step| {
+                step_done.send(step).expect("the set-up thread waits");
+                resume.recv().expect("the set-up thread answers");
+            })
+        });
+        for step in steps_done {
+            after(step);
+            go_on.send(()).expect("the trainer waits");
+        }
+        trainer.join().expect("the trainer trained")
+    });
+    drop(setup);
+    run
+}
+
+/// A program that ran an op on one thread and trains on another, unmarked, while the first
+/// only waits: the trainer takes the idle thread's place as the stepping thread, its steps
+/// are found and victims dropped, and it trains identically to plain Flex within the budget.
+/// (The waiting thread is alive, so before, the trainer's ops were only other threads' ops:
+/// no step was found and nothing dropped.)
+#[test]
+fn a_trainer_thread_beside_an_idle_set_up_thread_has_its_steps_found_and_drops() {
+    let stats = at_30_percent_for_steps(
+        gpt::<Trained>,
+        gpt_on_a_trainer_thread,
+        4,
+        40,
+        &dropping,
+        false,
+    );
+    let r = &stats.recompute;
+    let tape = SpillBackend::<Flex>::tape_counters(&Default::default());
+    eprintln!(
+        "trainer thread: dropped {}, rebuilt {}; tape {tape:?}",
+        r.dropped, r.rebuilt
+    );
+    assert!(r.dropped > 0, "nothing dropped: {r:?}; tape {tape:?}");
+    assert_eq!(
+        r.dropped_now_bytes, 0,
+        "every drop rebuilt or let go: {r:?}"
+    );
+}
+
 /// Runs of each program: the detector reports a period once two repetitions follow the first
 /// ops, and a plan is made from a step it cut; the rest run under that plan.
 const REPETITIONS: usize = 12;

@@ -13,6 +13,8 @@ use crate::fast_hash::{FastHasher, mix};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::Instant;
 
+use smallvec::SmallVec;
+
 use super::model::{
     DropRecord, OpRecord, Producer, StepTape, TAPE_SCHEMA_VERSION, TensorRecord, TierSample,
 };
@@ -222,6 +224,11 @@ struct State {
     main_alive: Option<Weak<()>>,
     /// Whether the stepping thread has run an op since it became the stepping thread.
     stepping_thread_ran_ops: bool,
+    /// Ops other threads ran since the stepping thread last ran one, by thread, in an
+    /// unmarked stream (see [`STEPPING_TAKEOVER_OPS`]); and the position they were counted
+    /// from (an op the stepping thread counts without the lock moves it).
+    takeover: SmallVec<[(u64, u32); TAKEOVER_CANDIDATES]>,
+    takeover_from: u64,
     /// Ops of the stepping thread that matched the recorded step since the last divergence
     /// (or the last period confirmed): how long an unmarked stream's period has held (see
     /// [`COUNT_AFTER_VERIFIED_OPS`]).
@@ -269,6 +276,19 @@ pub const COUNT_AFTER_VERIFIED_OPS: u64 = 1 << 14;
 /// steps need none: each marker checks the step's number of ops.
 pub const CHECK_ONE_IN: u32 = 61;
 
+/// Ops another thread runs, while the stepping thread of an unmarked stream runs none, before
+/// it takes that thread's place. A program may set up on one thread (make its model, load its
+/// weights) and train on another while the first only waits for it; the waiting thread is
+/// alive, so the trainer's ops would never define the steps. Large beside a data loader's
+/// ops between two of the trainer's (tens for a batch), and a few steps of the small models
+/// here (their steps are 369 and 979 ops; the GPT-125M's 5,364), so that a takeover costs
+/// only those steps' plans.
+pub const STEPPING_TAKEOVER_OPS: u32 = 1 << 13;
+
+/// The most threads whose ops are counted toward a takeover at once (see
+/// [`STEPPING_TAKEOVER_OPS`]); a thread beyond them waits for a place.
+const TAKEOVER_CANDIDATES: usize = 4;
+
 /// The default of [`Recorder::set_resample_every`]: a repeating step is recorded again every
 /// this many steps (the design brief's figure).
 pub const DEFAULT_RESAMPLE_STEPS: u64 = 100;
@@ -312,6 +332,34 @@ impl State {
         }
         self.main_thread = Some(thread);
         self.main_alive = thread_alive();
+        self.takeover.clear();
+    }
+
+    /// Counts an op of `thread`, not the stepping thread, toward taking its place; `position`
+    /// is the recorder's now. Returns whether `thread` takes it: in an unmarked stream, once
+    /// it ran [`STEPPING_TAKEOVER_OPS`] while the stepping thread ran none. (Marked steps are
+    /// the marking thread's.)
+    fn takes_over(&mut self, thread: u64, position: u64) -> bool {
+        if self.markers_used {
+            return false;
+        }
+        if self.takeover_from != position {
+            // The stepping thread counted an op since: it is running.
+            self.takeover.clear();
+            self.takeover_from = position;
+        }
+        let ops = match self.takeover.iter().position(|&(t, _)| t == thread) {
+            Some(at) => {
+                self.takeover[at].1 += 1;
+                self.takeover[at].1
+            }
+            None if self.takeover.len() < TAKEOVER_CANDIDATES => {
+                self.takeover.push((thread, 1));
+                1
+            }
+            None => 0,
+        };
+        ops >= STEPPING_TAKEOVER_OPS
     }
 
     /// Whether the stepping thread is still running.
@@ -628,6 +676,8 @@ impl Default for Recorder {
                 main_thread: None,
                 main_alive: None,
                 stepping_thread_ran_ops: false,
+                takeover: SmallVec::new(),
+                takeover_from: 0,
                 verified_ops: 0,
                 counted_ops: 0,
                 step_tapes: 0,
@@ -770,6 +820,7 @@ impl Recorder {
             state.main_thread = None;
             state.main_alive = None;
             state.stepping_thread_ran_ops = false;
+            state.takeover.clear();
             state.verified_ops = 0;
             self.publish(&state);
         }
@@ -925,14 +976,26 @@ impl Recorder {
 
     /// The state, the calling thread's number and whether it is the stepping thread (the
     /// first to record one, unless a marker named another; the calling thread takes the place
-    /// of one that has exited).
+    /// of one that has exited, or in an unmarked stream of one that has run no op while it ran
+    /// [`STEPPING_TAKEOVER_OPS`]).
     fn lock_for_op(&self) -> (MutexGuard<'_, State>, u64, bool) {
         let thread = thread_number();
         let mut state = self.lock();
-        let main = match state.main_thread {
-            Some(main) if main == thread => true,
-            // Read only by other threads' ops: one load.
-            Some(_) if state.stepping_thread_alive() => false,
+        let stepping = state.main_thread;
+        let main = match stepping {
+            Some(main) if main == thread => {
+                if !state.takeover.is_empty() {
+                    state.takeover.clear();
+                }
+                true
+            }
+            // Read only by other threads' ops.
+            Some(_)
+                if state.stepping_thread_alive()
+                    && !state.takes_over(thread, self.position.load(Ordering::Relaxed)) =>
+            {
+                false
+            }
             _ => {
                 state.set_stepping_thread(thread);
                 self.publish(&state);
@@ -1496,6 +1559,96 @@ mod tests {
             counters.auto_period != Some(1) && counters.steps <= steps + 1,
             "a live stepping thread kept its place: {counters:?}"
         );
+    }
+
+    /// Ops of another thread than the stepping one, `per_thread` each on `threads` threads
+    /// that take turns op by op (a trainer beside its data loader, say), all of them run while
+    /// the calling thread waits.
+    fn unmarked_steps_beside(
+        rec: &Recorder,
+        names: &[&'static str],
+        steps: usize,
+        loader_ops_per_step: usize,
+    ) {
+        std::thread::scope(|s| {
+            let (to_loader, loader_turn) = std::sync::mpsc::channel::<bool>();
+            let (to_trainer, trainer_turn) = std::sync::mpsc::channel::<()>();
+            let loader = s.spawn(move || {
+                while loader_turn.recv() == Ok(true) {
+                    for _ in 0..loader_ops_per_step {
+                        exp_op(rec);
+                    }
+                    to_trainer.send(()).expect("the trainer waits");
+                }
+            });
+            let trainer = s.spawn(move || {
+                let t0 = Instant::now();
+                for _ in 0..steps {
+                    if loader_ops_per_step > 0 {
+                        to_loader.send(true).expect("the loader waits");
+                        trainer_turn.recv().expect("the loader answers");
+                    }
+                    for &name in names {
+                        let v = view(1, &[3]);
+                        rec.record_op(name, [v].into_iter(), [v].into_iter(), t0, 1, [0; 3]);
+                    }
+                }
+                to_loader.send(false).expect("the loader waits");
+            });
+            trainer.join().expect("the trainer ran its steps");
+            loader.join().expect("the loader ran its batches");
+        });
+    }
+
+    #[test]
+    fn a_thread_that_runs_ops_while_the_stepping_thread_runs_none_takes_its_place() {
+        let rec = recording(1);
+        // The program's set-up runs on this thread, which then only waits for its trainer.
+        exp_op(&rec);
+        let steps = (STEPPING_TAKEOVER_OPS as usize).div_ceil(FIVE_OP_STEP.len()) + 12;
+        unmarked_steps_beside(&rec, &FIVE_OP_STEP, steps, 0);
+        assert_eq!(rec.counters().auto_period, Some(5), "{:?}", rec.counters());
+    }
+
+    #[test]
+    fn a_trainer_beside_its_data_loader_takes_the_place_of_an_idle_stepping_thread() {
+        let rec = recording(1);
+        exp_op(&rec);
+        // Three loader ops before each five-op step: the trainer runs more, and takes over.
+        let steps = (STEPPING_TAKEOVER_OPS as usize).div_ceil(FIVE_OP_STEP.len()) + 12;
+        unmarked_steps_beside(&rec, &FIVE_OP_STEP, steps, 3);
+        let counters = rec.counters();
+        assert_eq!(counters.auto_period, Some(5), "{counters:?}");
+    }
+
+    #[test]
+    fn a_running_stepping_thread_keeps_its_place_beside_a_busier_thread() {
+        let rec = recording(1);
+        // This thread steps, one op between each batch of another thread's ops: many more of
+        // those in all than a takeover needs, never that many in a row.
+        exp_op(&rec);
+        let rec = &rec;
+        std::thread::scope(|s| {
+            let (go, turn) = std::sync::mpsc::channel::<bool>();
+            let (done, finished) = std::sync::mpsc::channel::<()>();
+            let other = s.spawn(move || {
+                while turn.recv() == Ok(true) {
+                    for _ in 0..STEPPING_TAKEOVER_OPS / 4 {
+                        exp_op(rec);
+                    }
+                    done.send(()).expect("the stepping thread waits");
+                }
+            });
+            for _ in 0..8 {
+                go.send(true).expect("the other thread waits");
+                finished.recv().expect("the other thread answers");
+                exp_op(rec);
+            }
+            go.send(false).expect("the other thread waits");
+            other.join().expect("the other thread ran");
+        });
+        let stepping = rec.main_thread.load(Ordering::Relaxed);
+        assert_eq!(stepping, thread_number(), "this thread still steps");
     }
 }
 
