@@ -280,9 +280,9 @@ pub const CHECK_ONE_IN: u32 = 61;
 /// it takes that thread's place. A program may set up on one thread (make its model, load its
 /// weights) and train on another while the first only waits for it; the waiting thread is
 /// alive, so the trainer's ops would never define the steps. Large beside a data loader's
-/// ops between two of the trainer's (tens for a batch), and a few steps of the small models
-/// here (their steps are 369 and 979 ops; the GPT-125M's 5,364), so that a takeover costs
-/// only those steps' plans.
+/// ops between two of the trainer's (tens for a batch), small beside a training run: 8 steps
+/// of the tiny Transformer (979 ops), 22 of the small CNN (369), 1.5 of the GPT-125M (5,364)
+/// go by before the trainer's steps are looked for.
 pub const STEPPING_TAKEOVER_OPS: u32 = 1 << 13;
 
 /// The most threads whose ops are counted toward a takeover at once (see
@@ -1561,9 +1561,9 @@ mod tests {
         );
     }
 
-    /// Ops of another thread than the stepping one, `per_thread` each on `threads` threads
-    /// that take turns op by op (a trainer beside its data loader, say), all of them run while
-    /// the calling thread waits.
+    /// Runs `names` as one unmarked step, `steps` times over, on a trainer thread, with
+    /// `loader_ops_per_step` ops of a data-loader thread before each step (the two take turns),
+    /// while the calling thread only waits.
     fn unmarked_steps_beside(
         rec: &Recorder,
         names: &[&'static str],
