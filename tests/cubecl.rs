@@ -265,21 +265,57 @@ enum Inst {
     Read(usize),
 }
 
+/// How often [`inst_drawn`] draws each instruction, relative to the others.
+struct Weights {
+    create: u32,
+    exp: u32,
+    add: u32,
+    mul_scalar: u32,
+    matmul: u32,
+    transpose: u32,
+    slice: u32,
+    sum_dim: u32,
+    argmax: u32,
+    clone: u32,
+    drop_elsewhere: u32,
+    read: u32,
+}
+
+/// Every instruction about as often as every other (creations, matmuls and views twice).
+const EVERY_OP: Weights = Weights {
+    create: 2,
+    exp: 1,
+    add: 1,
+    mul_scalar: 1,
+    matmul: 2,
+    transpose: 2,
+    slice: 1,
+    sum_dim: 1,
+    argmax: 1,
+    clone: 1,
+    drop_elsewhere: 1,
+    read: 1,
+};
+
 fn inst() -> impl Strategy<Value = Inst> {
+    inst_drawn(EVERY_OP)
+}
+
+fn inst_drawn(w: Weights) -> impl Strategy<Value = Inst> {
     let r = 0usize..16;
     prop_oneof![
-        2 => (1usize..5, any::<u8>()).prop_map(|(rows, seed)| Inst::Create { rows, seed }),
-        1 => r.clone().prop_map(Inst::Exp),
-        1 => (r.clone(), r.clone()).prop_map(|(a, b)| Inst::Add(a, b)),
-        1 => (r.clone(), any::<i8>()).prop_map(|(a, s)| Inst::MulScalar(a, s)),
-        2 => (r.clone(), r.clone()).prop_map(|(a, b)| Inst::Matmul(a, b)),
-        2 => r.clone().prop_map(Inst::Transpose),
-        1 => r.clone().prop_map(Inst::Slice),
-        1 => r.clone().prop_map(Inst::SumDim),
-        1 => r.clone().prop_map(Inst::Argmax),
-        1 => r.clone().prop_map(Inst::Clone),
-        1 => r.clone().prop_map(Inst::DropElsewhere),
-        1 => r.prop_map(Inst::Read),
+        w.create => (1usize..5, any::<u8>()).prop_map(|(rows, seed)| Inst::Create { rows, seed }),
+        w.exp => r.clone().prop_map(Inst::Exp),
+        w.add => (r.clone(), r.clone()).prop_map(|(a, b)| Inst::Add(a, b)),
+        w.mul_scalar => (r.clone(), any::<i8>()).prop_map(|(a, s)| Inst::MulScalar(a, s)),
+        w.matmul => (r.clone(), r.clone()).prop_map(|(a, b)| Inst::Matmul(a, b)),
+        w.transpose => r.clone().prop_map(Inst::Transpose),
+        w.slice => r.clone().prop_map(Inst::Slice),
+        w.sum_dim => r.clone().prop_map(Inst::SumDim),
+        w.argmax => r.clone().prop_map(Inst::Argmax),
+        w.clone => r.clone().prop_map(Inst::Clone),
+        w.drop_elsewhere => r.clone().prop_map(Inst::DropElsewhere),
+        w.read => r.prop_map(Inst::Read),
     ]
 }
 
@@ -591,31 +627,29 @@ struct DropCase {
     marked: bool,
 }
 
-/// [`inst`] weighted toward the ops whose outputs keep recipes (see `RECOMPUTABLE_OPS`), so
+/// Weights toward the ops whose outputs keep recipes (see `RECOMPUTABLE_OPS`), so
 /// that more victims may be dropped: most of all the scalar multiply, whose input is a
 /// register the program keeps (a fused backend rebuilds only from inputs still alive, so the
 /// exp of a clamp, whose clamped input is let go at once, is dropped only where recipes keep
 /// their inputs' recipes; and it does not rebuild adds: see `rebuilds_exactly`).
-fn drop_inst() -> impl Strategy<Value = Inst> {
-    let r = 0usize..16;
-    prop_oneof![
-        2 => (1usize..5, any::<u8>()).prop_map(|(rows, seed)| Inst::Create { rows, seed }),
-        2 => r.clone().prop_map(Inst::Exp),
-        2 => (r.clone(), r.clone()).prop_map(|(a, b)| Inst::Add(a, b)),
-        5 => (r.clone(), any::<i8>()).prop_map(|(a, s)| Inst::MulScalar(a, s)),
-        1 => (r.clone(), r.clone()).prop_map(|(a, b)| Inst::Matmul(a, b)),
-        1 => r.clone().prop_map(Inst::Transpose),
-        1 => r.clone().prop_map(Inst::Slice),
-        1 => r.clone().prop_map(Inst::SumDim),
-        1 => r.clone().prop_map(Inst::Clone),
-        1 => r.clone().prop_map(Inst::DropElsewhere),
-        1 => r.prop_map(Inst::Read),
-    ]
-}
+const DROPPABLE: Weights = Weights {
+    create: 2,
+    exp: 2,
+    add: 2,
+    mul_scalar: 5,
+    matmul: 1,
+    transpose: 1,
+    slice: 1,
+    sum_dim: 1,
+    argmax: 1,
+    clone: 1,
+    drop_elsewhere: 1,
+    read: 1,
+};
 
 fn drop_case() -> impl Strategy<Value = DropCase> {
     (
-        proptest::collection::vec(drop_inst(), 20..60),
+        proptest::collection::vec(inst_drawn(DROPPABLE), 20..60),
         0u64..100,
         any::<bool>(),
         any::<bool>(),

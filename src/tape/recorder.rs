@@ -1602,23 +1602,21 @@ mod tests {
 
     #[test]
     fn a_thread_that_runs_ops_while_the_stepping_thread_runs_none_takes_its_place() {
-        let rec = recording(1);
-        // The program's set-up runs on this thread, which then only waits for its trainer.
-        exp_op(&rec);
-        let steps = (STEPPING_TAKEOVER_OPS as usize).div_ceil(FIVE_OP_STEP.len()) + 12;
-        unmarked_steps_beside(&rec, &FIVE_OP_STEP, steps, 0);
-        assert_eq!(rec.counters().auto_period, Some(5), "{:?}", rec.counters());
-    }
-
-    #[test]
-    fn a_trainer_beside_its_data_loader_takes_the_place_of_an_idle_stepping_thread() {
-        let rec = recording(1);
-        exp_op(&rec);
-        // Three loader ops before each five-op step: the trainer runs more, and takes over.
-        let steps = (STEPPING_TAKEOVER_OPS as usize).div_ceil(FIVE_OP_STEP.len()) + 12;
-        unmarked_steps_beside(&rec, &FIVE_OP_STEP, steps, 3);
-        let counters = rec.counters();
-        assert_eq!(counters.auto_period, Some(5), "{counters:?}");
+        // Alone, then with three data-loader ops before each five-op step (the trainer runs
+        // more of them, and takes over).
+        for loader_ops_per_step in [0, 3] {
+            let rec = recording(1);
+            // The program's set-up runs on this thread, which then only waits for its trainer.
+            exp_op(&rec);
+            let steps = (STEPPING_TAKEOVER_OPS as usize).div_ceil(FIVE_OP_STEP.len()) + 12;
+            unmarked_steps_beside(&rec, &FIVE_OP_STEP, steps, loader_ops_per_step);
+            let counters = rec.counters();
+            assert_eq!(
+                counters.auto_period,
+                Some(5),
+                "{loader_ops_per_step} loader ops a step: {counters:?}"
+            );
+        }
     }
 
     #[test]
