@@ -224,11 +224,12 @@ struct State {
     main_alive: Option<Weak<()>>,
     /// Whether the stepping thread has run an op since it became the stepping thread.
     stepping_thread_ran_ops: bool,
-    /// Ops other threads ran since the stepping thread last ran one, by thread, in an
-    /// unmarked stream (see [`STEPPING_TAKEOVER_OPS`]); and the position they were counted
-    /// from (an op the stepping thread counts without the lock moves it).
+    /// Ops other threads ran, by thread, in an unmarked stream, since the stepping thread had
+    /// run `takeover_from` ops (see [`STEPPING_TAKEOVER_OPS`]).
     takeover: SmallVec<[(u64, u32); TAKEOVER_CANDIDATES]>,
     takeover_from: u64,
+    /// Ops the stepping thread ran under the lock (recorded or verified, not counted).
+    stepping_ops: u64,
     /// Ops of the stepping thread that matched the recorded step since the last divergence
     /// (or the last period confirmed): how long an unmarked stream's period has held (see
     /// [`COUNT_AFTER_VERIFIED_OPS`]).
@@ -276,14 +277,22 @@ pub const COUNT_AFTER_VERIFIED_OPS: u64 = 1 << 14;
 /// steps need none: each marker checks the step's number of ops.
 pub const CHECK_ONE_IN: u32 = 61;
 
-/// Ops another thread runs, while the stepping thread of an unmarked stream runs none, before
-/// it takes that thread's place. A program may set up on one thread (make its model, load its
-/// weights) and train on another while the first only waits for it; the waiting thread is
-/// alive, so the trainer's ops would never define the steps. Large beside a data loader's
-/// ops between two of the trainer's (tens for a batch), small beside a training run: 8 steps
-/// of the tiny Transformer (979 ops), 22 of the small CNN (369), 1.5 of the GPT-125M (5,364)
-/// go by before the trainer's steps are looked for.
+/// Ops another thread runs, while the stepping thread of an unmarked stream runs at most
+/// [`STEPPING_TAKEOVER_OPS_BESIDE`], before it takes that thread's place. The first thread to
+/// run an op steps, and it need not be the trainer: a program may set up on one thread (make
+/// its model, load its weights) and train on another while the first only waits, or a data
+/// loader's worker may make the first batch before the trainer's first op. Such a thread is
+/// alive, so the trainer's ops would never define the steps. Small beside a training run: 8
+/// steps of the tiny Transformer (979 ops), 22 of the small CNN (369), 1.5 of the GPT-125M
+/// (5,364) go by before the trainer's steps are looked for.
 pub const STEPPING_TAKEOVER_OPS: u32 = 1 << 13;
+
+/// The stepping thread's ops that still let another thread take its place (see
+/// [`STEPPING_TAKEOVER_OPS`]): a sixteenth, so that a data loader that became the stepping
+/// thread, and runs a few ops a batch (one tensor made per sample, one stack), loses its place
+/// to the trainer, and a trainer keeps its place unless another thread runs sixteen times its
+/// ops.
+pub const STEPPING_TAKEOVER_OPS_BESIDE: u32 = STEPPING_TAKEOVER_OPS / 16;
 
 /// The most threads whose ops are counted toward a takeover at once (see
 /// [`STEPPING_TAKEOVER_OPS`]); a thread beyond them waits for a place.
@@ -335,18 +344,23 @@ impl State {
         self.takeover.clear();
     }
 
-    /// Counts an op of `thread`, not the stepping thread, toward taking its place; `position`
-    /// is the recorder's now. Returns whether `thread` takes it: in an unmarked stream, once
-    /// it ran [`STEPPING_TAKEOVER_OPS`] while the stepping thread ran none. (Marked steps are
-    /// the marking thread's.)
-    fn takes_over(&mut self, thread: u64, position: u64) -> bool {
-        if self.markers_used {
+    /// Counts an op of `thread`, not the stepping thread, toward taking its place. Returns
+    /// whether `thread` takes it: in an unmarked stream, once it ran [`STEPPING_TAKEOVER_OPS`]
+    /// while the stepping thread ran at most [`STEPPING_TAKEOVER_OPS_BESIDE`]. (Marked steps
+    /// are the marking thread's, and a stepping thread whose ops are counted has repeated its
+    /// confirmed period for thousands of ops: it is the trainer.)
+    fn takes_over(&mut self, thread: u64) -> bool {
+        if self.markers_used || self.may_count_ops() {
             return false;
         }
-        if self.takeover_from != position {
-            // The stepping thread counted an op since: it is running.
+        if !self.takeover.is_empty()
+            && self.stepping_ops - self.takeover_from > u64::from(STEPPING_TAKEOVER_OPS_BESIDE)
+        {
+            // The stepping thread is running: the count starts again.
             self.takeover.clear();
-            self.takeover_from = position;
+        }
+        if self.takeover.is_empty() {
+            self.takeover_from = self.stepping_ops;
         }
         let ops = match self.takeover.iter().position(|&(t, _)| t == thread) {
             Some(at) => {
@@ -678,6 +692,7 @@ impl Default for Recorder {
                 stepping_thread_ran_ops: false,
                 takeover: SmallVec::new(),
                 takeover_from: 0,
+                stepping_ops: 0,
                 verified_ops: 0,
                 counted_ops: 0,
                 step_tapes: 0,
@@ -984,18 +999,11 @@ impl Recorder {
         let stepping = state.main_thread;
         let main = match stepping {
             Some(main) if main == thread => {
-                if !state.takeover.is_empty() {
-                    state.takeover.clear();
-                }
+                state.stepping_ops += 1;
                 true
             }
             // Read only by other threads' ops.
-            Some(_)
-                if state.stepping_thread_alive()
-                    && !state.takes_over(thread, self.position.load(Ordering::Relaxed)) =>
-            {
-                false
-            }
+            Some(_) if state.stepping_thread_alive() && !state.takes_over(thread) => false,
             _ => {
                 state.set_stepping_thread(thread);
                 self.publish(&state);
@@ -1562,18 +1570,24 @@ mod tests {
     }
 
     /// Runs `names` as one unmarked step, `steps` times over, on a trainer thread, with
-    /// `loader_ops_per_step` ops of a data-loader thread before each step (the two take turns),
-    /// while the calling thread only waits.
+    /// `loader_ops_per_step` ops of a data-loader thread before each step (the two take turns;
+    /// with `loader_first`, the loader also runs the first op of all), while the calling
+    /// thread only waits. Returns the trainer's thread number.
     fn unmarked_steps_beside(
         rec: &Recorder,
         names: &[&'static str],
         steps: usize,
         loader_ops_per_step: usize,
-    ) {
+        loader_first: bool,
+    ) -> u64 {
         std::thread::scope(|s| {
             let (to_loader, loader_turn) = std::sync::mpsc::channel::<bool>();
             let (to_trainer, trainer_turn) = std::sync::mpsc::channel::<()>();
             let loader = s.spawn(move || {
+                if loader_first {
+                    exp_op(rec);
+                    to_trainer.send(()).expect("the trainer waits");
+                }
                 while loader_turn.recv() == Ok(true) {
                     for _ in 0..loader_ops_per_step {
                         exp_op(rec);
@@ -1582,6 +1596,9 @@ mod tests {
                 }
             });
             let trainer = s.spawn(move || {
+                if loader_first {
+                    trainer_turn.recv().expect("the loader answers");
+                }
                 let t0 = Instant::now();
                 for _ in 0..steps {
                     if loader_ops_per_step > 0 {
@@ -1594,10 +1611,17 @@ mod tests {
                     }
                 }
                 to_loader.send(false).expect("the loader waits");
+                thread_number()
             });
-            trainer.join().expect("the trainer ran its steps");
+            let trainer = trainer.join().expect("the trainer ran its steps");
             loader.join().expect("the loader ran its batches");
-        });
+            trainer
+        })
+    }
+
+    /// Steps enough for a takeover, and a dozen more for the period to be found.
+    fn steps_past_a_takeover(ops_a_step: usize) -> usize {
+        (STEPPING_TAKEOVER_OPS as usize).div_ceil(ops_a_step) + 12
     }
 
     #[test]
@@ -1608,8 +1632,8 @@ mod tests {
             let rec = recording(1);
             // The program's set-up runs on this thread, which then only waits for its trainer.
             exp_op(&rec);
-            let steps = (STEPPING_TAKEOVER_OPS as usize).div_ceil(FIVE_OP_STEP.len()) + 12;
-            unmarked_steps_beside(&rec, &FIVE_OP_STEP, steps, loader_ops_per_step);
+            let steps = steps_past_a_takeover(FIVE_OP_STEP.len());
+            unmarked_steps_beside(&rec, &FIVE_OP_STEP, steps, loader_ops_per_step, false);
             let counters = rec.counters();
             assert_eq!(
                 counters.auto_period,
@@ -1620,27 +1644,46 @@ mod tests {
     }
 
     #[test]
+    fn a_data_loader_that_ran_the_first_op_gives_its_place_to_the_trainer() {
+        let rec = recording(1);
+        // A 40-op step, and one loader op before each: a fortieth of the trainer's.
+        let step: Vec<&'static str> = FIVE_OP_STEP.repeat(8);
+        let trainer = unmarked_steps_beside(&rec, &step, steps_past_a_takeover(40), 1, true);
+        assert_eq!(
+            rec.main_thread.load(Ordering::Relaxed),
+            trainer,
+            "the trainer steps: {:?}",
+            rec.counters()
+        );
+        assert!(rec.counters().auto_period.is_some(), "{:?}", rec.counters());
+    }
+
+    #[test]
     fn a_running_stepping_thread_keeps_its_place_beside_a_busier_thread() {
         let rec = recording(1);
-        // This thread steps, one op between each batch of another thread's ops: many more of
-        // those in all than a takeover needs, never that many in a row.
+        // This thread steps, with an eighth as many ops as another thread between each batch
+        // of the other's: twice the ops a takeover needs in all, but never that many while
+        // this one runs a sixteenth of them.
         exp_op(&rec);
         let rec = &rec;
+        let batch = STEPPING_TAKEOVER_OPS / 8;
         std::thread::scope(|s| {
             let (go, turn) = std::sync::mpsc::channel::<bool>();
             let (done, finished) = std::sync::mpsc::channel::<()>();
             let other = s.spawn(move || {
                 while turn.recv() == Ok(true) {
-                    for _ in 0..STEPPING_TAKEOVER_OPS / 4 {
+                    for _ in 0..batch {
                         exp_op(rec);
                     }
                     done.send(()).expect("the stepping thread waits");
                 }
             });
-            for _ in 0..8 {
+            for _ in 0..16 {
                 go.send(true).expect("the other thread waits");
                 finished.recv().expect("the other thread answers");
-                exp_op(rec);
+                for _ in 0..batch / 8 {
+                    exp_op(rec);
+                }
             }
             go.send(false).expect("the other thread waits");
             other.join().expect("the other thread ran");
