@@ -626,6 +626,8 @@ impl<B: Backend> SpillTensor<B> {
         if let Some(handle) = Arc::get_mut(&mut self.handle) {
             let state = handle.state.get_mut();
             if matches!(state, Residency::Device(_)) {
+                // The slot's lock-free tier needs no update: `Taken` reads as the device, as the
+                // state it replaces does.
                 let Residency::Device(primitive) = std::mem::replace(state, Residency::Taken)
                 else {
                     unreachable!("matched above")
