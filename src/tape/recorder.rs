@@ -991,8 +991,8 @@ impl Recorder {
 
     /// The state, the calling thread's number and whether it is the stepping thread (the
     /// first to record one, unless a marker named another; the calling thread takes the place
-    /// of one that has exited, or in an unmarked stream of one that has run no op while it ran
-    /// [`STEPPING_TAKEOVER_OPS`]).
+    /// of one that has exited, or in an unmarked stream of one that ran at most
+    /// [`STEPPING_TAKEOVER_OPS_BESIDE`] ops while it ran [`STEPPING_TAKEOVER_OPS`]).
     fn lock_for_op(&self) -> (MutexGuard<'_, State>, u64, bool) {
         let thread = thread_number();
         let mut state = self.lock();
