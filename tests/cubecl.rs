@@ -933,6 +933,71 @@ fn fusion_miscompiles_after_a_read() {
     );
 }
 
+/// Plain fused wgpu, no burn-spill: burn-cubecl-fusion's code generator panics on this program
+/// (`engine/codegen/ir.rs:500`, an index out of bounds) when the stream is drained after its
+/// 15th instruction (or any of the 16th to 19th), and runs it without a drain. burn-spill's
+/// reads for evictions drain the stream at other places than plain does, so its fused suites
+/// can meet this panic (`random_programs_with_drops_match` found it, about once in 2,500 fused
+/// cases). Ignored: the panic breaks burn-fusion's stream for every later op in the process, so
+/// it runs alone (`cargo test --features wgpu,fusion --test cubecl
+/// fusion_panics_when_drained_mid_program -- --ignored`); it fails (and says so) the day the
+/// pinned Burn compiles the program.
+#[cfg(all(feature = "wgpu", feature = "fusion"))]
+#[test]
+#[ignore = "breaks burn-fusion's stream for the rest of the process: run it alone"]
+#[should_panic(expected = "burn-fusion panicked")]
+fn fusion_panics_when_drained_mid_program() {
+    use Inst::*;
+    if !available::<WgpuFused>("wgpu_fused") {
+        panic!("no wgpu adapter: nothing was shown");
+    }
+    let _lock = exclusive();
+    let program = vec![
+        MulScalar(10, 86),
+        MulScalar(15, 26),
+        Add(10, 5),
+        Clone(0),
+        Matmul(10, 3),
+        MulScalar(7, 109),
+        Argmax(12),
+        Create { rows: 4, seed: 44 },
+        Create { rows: 2, seed: 95 },
+        Transpose(4),
+        MulScalar(9, 82),
+        MulScalar(7, -109),
+        SumDim(7),
+        Create { rows: 2, seed: 141 },
+        Add(12, 15),
+        MulScalar(9, 32),
+        Clone(8),
+        SumDim(9),
+        MulScalar(4, 92),
+        Exp(13),
+        MulScalar(8, 9),
+        Exp(14),
+        Exp(10),
+        Exp(10),
+        Matmul(6, 7),
+        Add(6, 3),
+        MulScalar(1, -95),
+        MulScalar(15, -119),
+        SumDim(7),
+        MulScalar(6, 35),
+    ];
+    let undrained = run::<WgpuFused>(&program, Thin::Reshape);
+    assert_eq!(undrained.len(), 10, "the program runs without a drain");
+    let drained = std::panic::catch_unwind(|| {
+        run_draining::<WgpuFused>(&program, Thin::Reshape, |at| at == 14)
+    });
+    if drained.is_err() {
+        panic!("burn-fusion panicked when drained after the 15th instruction");
+    }
+    panic!(
+        "plain fused wgpu runs this program drained after its 15th instruction now: the pinned \
+         Burn fixed it, so this test and the troubleshooting note can go"
+    );
+}
+
 /// The core of the first program that once failed, on plain backends only: Burn 0.21's fusion computes
 /// `t * 0.8125` from the wrong elements when `t` is the transpose of a reduction `s` that is
 /// reduced again and dropped before `t` is used. Unfused CubeCL is right. This is why the
